@@ -1,0 +1,150 @@
+"""Augmented matrices (biases folded in, METHODS.md section 1.1) and their SVDs, computed from factors.
+
+Homogeneous input x̃ = [1, x]. Per head h: W̃_QK = [b_Q; W_Q] [b_K; W_K]ᵀ (so x̃_iᵀ W̃_QK x̃_j = q_i · k_j with
+q, k the raw, pre-norm, pre-rotation projections) and W̃_OV = [b_V W_O + b_O/H ; W_V W_O] (so c̃ W̃_OV is the
+head's output including b_O/H, with c̃ = [1, Σ_j A_ij x_j]). Per layer: W̃_in = [b_in; W_in] (gate and up
+for gated MLPs) acting on the MLP input, W̃_out = [b_out; W_out] acting on [1, activation].
+
+An ``SVD`` holds W = U diag(S) Vᵀ with U the read (input) directions and V the write (output)
+directions, signs canonicalised, and near-equal singular values flagged.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from helpers.weights import LayerWeights, layer_weights
+
+DEGENERATE_RTOL = 1e-4
+"""Neighbouring singular values closer than this (relative to the larger) form a degenerate block:
+the directions inside it are a subspace, not individually meaningful."""
+
+
+@dataclass
+class SVD:
+    U: torch.Tensor  # [..., m, r] read directions (rows of the augmented input space)
+    S: torch.Tensor  # [..., r] descending
+    V: torch.Tensor  # [..., n, r] write directions
+    degenerate: torch.Tensor  # [..., r] bool: σ_k is within DEGENERATE_RTOL of a neighbour
+
+    def dense(self) -> torch.Tensor:
+        return (self.U * self.S[..., None, :]) @ self.V.transpose(-1, -2)
+
+    def __getitem__(self, index) -> "SVD":
+        return SVD(self.U[index], self.S[index], self.V[index], self.degenerate[index])
+
+
+def svd_of_product(A: torch.Tensor, B: torch.Tensor) -> SVD:
+    """SVD of A Bᵀ without forming it: QR of each factor, SVD of the small r×r core. Batched.
+
+    A [..., m, r], B [..., n, r]; cost O((m + n) r²) instead of O(m n min(m, n))."""
+    Qa, Ra = torch.linalg.qr(A.double())
+    Qb, Rb = torch.linalg.qr(B.double())
+    Uc, S, Vch = torch.linalg.svd(Ra @ Rb.transpose(-1, -2))
+    return _canonical(Qa @ Uc, S, Qb @ Vch.transpose(-1, -2))
+
+
+def svd_dense(W: torch.Tensor) -> SVD:
+    """Thin SVD of a dense matrix (batched), same conventions as ``svd_of_product``."""
+    U, S, Vh = torch.linalg.svd(W.double(), full_matrices=False)
+    return _canonical(U, S, Vh.transpose(-1, -2))
+
+
+def _canonical(U: torch.Tensor, S: torch.Tensor, V: torch.Tensor) -> SVD:
+    """Flip each pair (u_k, v_k) so the largest-|·| entry of v_k is positive; flag degenerate blocks."""
+    idx = V.abs().argmax(dim=-2, keepdim=True)
+    sign = torch.sign(torch.gather(V, -2, idx))
+    sign[sign == 0] = 1
+    close = (S[..., :-1] - S[..., 1:]) <= DEGENERATE_RTOL * S[..., :-1].clamp_min(torch.finfo(S.dtype).tiny)
+    degenerate = torch.zeros(S.shape, dtype=torch.bool)
+    degenerate[..., :-1] |= close
+    degenerate[..., 1:] |= close
+    return SVD(U * sign, S, V * sign, degenerate)
+
+
+def homogeneous(x: torch.Tensor) -> torch.Tensor:
+    """x̃ = [1, x] along the last dimension."""
+    return torch.cat([torch.ones_like(x[..., :1]), x], dim=-1)
+
+
+# --- factors ----------------------------------------------------------------------------------------------
+
+def qk_factors(w: LayerWeights) -> tuple[torch.Tensor, torch.Tensor]:
+    """(Q̃, K̃) with W̃_QK = Q̃ K̃ᵀ, each [n_heads, d_model + 1, d_head]."""
+    return _stack_bias(w.b_Q, w.W_Q), _stack_bias(w.b_K, w.W_K)
+
+
+def ov_factors(w: LayerWeights) -> tuple[torch.Tensor, torch.Tensor]:
+    """(L, R) with W̃_OV = L Rᵀ: L = [[1, b_V], [0, W_V]] [H, d+1, d_head+1], R = [b_O/H, W_Oᵀ] [H, d, d_head+1]."""
+    H, d, _ = w.W_V.shape
+    left = _stack_bias(w.b_V, w.W_V)
+    first = torch.zeros(H, d + 1, 1, dtype=left.dtype)
+    first[:, 0, 0] = 1.0
+    right = torch.cat([(w.b_O / H).expand(H, d)[..., None], w.W_O.transpose(1, 2)], dim=-1)
+    return torch.cat([first, left], dim=-1), right
+
+
+def qk_matrix(w: LayerWeights) -> torch.Tensor:
+    """Dense W̃_QK [H, d+1, d+1] (tests and benchmarks only; use the factors)."""
+    Q, K = qk_factors(w)
+    return Q.double() @ K.double().transpose(1, 2)
+
+
+def ov_matrix(w: LayerWeights) -> torch.Tensor:
+    """Dense W̃_OV [H, d+1, d] (tests and benchmarks only; use the factors)."""
+    L, R = ov_factors(w)
+    return L.double() @ R.double().transpose(1, 2)
+
+
+def mlp_in_matrices(w: LayerWeights) -> dict[str, torch.Tensor]:
+    """{"up": W̃_in} and, for gated MLPs, {"gate": W̃_gate}; each [d+1, d_mlp]."""
+    out = {"up": _stack_bias(w.b_in, w.W_in)}
+    if w.W_gate is not None:
+        out["gate"] = _stack_bias(w.b_gate, w.W_gate)
+    return out
+
+
+def mlp_out_matrix(w: LayerWeights) -> torch.Tensor:
+    """W̃_out [d_mlp + 1, d_model]."""
+    return _stack_bias(w.b_out, w.W_out)
+
+
+def _stack_bias(b: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
+    return torch.cat([b.unsqueeze(-2), W], dim=-2)
+
+
+# --- all SVDs of a model ----------------------------------------------------------------------------------
+
+MATRIX_KINDS = ("qk", "ov", "mlp_gate", "mlp_up", "mlp_out")
+
+
+def layer_svds(w: LayerWeights) -> dict[str, SVD]:
+    """SVDs of one layer's augmented matrices: "qk", "ov" (batched over heads), "mlp_up", "mlp_gate"
+    (gated MLPs only; "mlp_up" is the only MLP-in matrix otherwise) and "mlp_out"."""
+    out = {"qk": svd_of_product(*qk_factors(w)), "ov": svd_of_product(*ov_factors(w))}
+    for name, matrix in mlp_in_matrices(w).items():
+        out[f"mlp_{name}"] = svd_dense(matrix)
+    out["mlp_out"] = svd_dense(mlp_out_matrix(w))
+    return out
+
+
+def augmented_svds(model, layers=None, progress: bool = False) -> list[dict[str, SVD]]:
+    """``layer_svds`` for every layer (or the given ones) of a loaded model, under its processing."""
+    layers = range(model.n_layers) if layers is None else layers
+    if progress:
+        from tqdm.auto import tqdm
+
+        layers = tqdm(layers, desc="augmented SVDs")
+    return [layer_svds(layer_weights(model, layer)) for layer in layers]
+
+
+def direction_counts(n_layers: int, n_heads: int, d_model: int, d_head: int, d_mlp: int, gated: bool) -> dict[str, int]:
+    """Number of singular directions of each kind (the ranks of the augmented matrices, generically)."""
+    mlp_in = min(d_model + 1, d_mlp)
+    counts = {"qk": n_layers * n_heads * min(d_head, d_model + 1),
+              "ov": n_layers * n_heads * min(d_head + 1, d_model),
+              "mlp_in": n_layers * mlp_in * (2 if gated else 1),
+              "mlp_out": n_layers * min(d_mlp + 1, d_model)}
+    counts["total"] = sum(counts.values())
+    return counts

