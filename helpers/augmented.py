@@ -19,6 +19,9 @@ from helpers.weights import LayerWeights, layer_weights
 DEGENERATE_RTOL = 1e-4
 """Neighbouring singular values closer than this (relative to the larger) form a degenerate block:
 the directions inside it are a subspace, not individually meaningful."""
+NULL_RTOL = 1e-9
+"""σ_k below this fraction of σ_1 is numerically zero (e.g. the OV bias direction of a model without
+biases): its directions are not determined by the matrix and are flagged like a degenerate block."""
 
 
 @dataclass
@@ -26,7 +29,7 @@ class SVD:
     U: torch.Tensor  # [..., m, r] read directions (rows of the augmented input space)
     S: torch.Tensor  # [..., r] descending
     V: torch.Tensor  # [..., n, r] write directions
-    degenerate: torch.Tensor  # [..., r] bool: σ_k is within DEGENERATE_RTOL of a neighbour
+    degenerate: torch.Tensor  # [..., r] bool: σ_k within DEGENERATE_RTOL of a neighbour, or ≈ 0
 
     def dense(self) -> torch.Tensor:
         return (self.U * self.S[..., None, :]) @ self.V.transpose(-1, -2)
@@ -60,6 +63,7 @@ def _canonical(U: torch.Tensor, S: torch.Tensor, V: torch.Tensor) -> SVD:
     degenerate = torch.zeros(S.shape, dtype=torch.bool)
     degenerate[..., :-1] |= close
     degenerate[..., 1:] |= close
+    degenerate |= S <= NULL_RTOL * S[..., :1]
     return SVD(U * sign, S, V * sign, degenerate)
 
 
