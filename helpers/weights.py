@@ -115,6 +115,11 @@ def _fold(norm: Norm, W: torch.Tensor, b: torch.Tensor):
     return W_folded, b_folded
 
 
+def _copy(tensor: torch.Tensor) -> torch.Tensor:
+    """A float32 copy: returned weights never alias the model's parameters."""
+    return tensor.detach().to(torch.float32, copy=True)
+
+
 def _norm_kind(model) -> str:
     try:
         return NORM_KINDS[model.architecture]
@@ -125,9 +130,9 @@ def _norm_kind(model) -> str:
 
 def _norm(model, module) -> Norm:
     kind = _norm_kind(model)
-    weight = module.weight.detach().float()
+    weight = _copy(module.weight)
     if kind == "layernorm":
-        return Norm(weight, module.bias.detach().float())
+        return Norm(weight, _copy(module.bias))
     return Norm(1.0 + weight if kind == "rms_one_plus" else weight, None)
 
 
@@ -138,27 +143,27 @@ def raw_layer_weights(model, layer: int) -> LayerWeights:
     kv_head = torch.arange(H) // (H // G)
     if model.architecture == "gpt2":
         block = model.hf_model.transformer.h[layer]
-        W_qkv, b_qkv = block.attn.c_attn.weight.detach().float(), block.attn.c_attn.bias.detach().float()
+        W_qkv, b_qkv = _copy(block.attn.c_attn.weight), _copy(block.attn.c_attn.bias)
         W_q, W_k, W_v = (w.reshape(d, H, dh).transpose(0, 1) for w in W_qkv.split(d, dim=1))
         b_q, b_k, b_v = (b.reshape(H, dh) for b in b_qkv.split(d))
         return LayerWeights(
             W_q, b_q, W_k, b_k, W_v, b_v,
-            W_O=block.attn.c_proj.weight.detach().float().reshape(H, dh, d), b_O=block.attn.c_proj.bias.detach().float(),
-            W_in=block.mlp.c_fc.weight.detach().float(), b_in=block.mlp.c_fc.bias.detach().float(),
+            W_O=_copy(block.attn.c_proj.weight).reshape(H, dh, d), b_O=_copy(block.attn.c_proj.bias),
+            W_in=_copy(block.mlp.c_fc.weight), b_in=_copy(block.mlp.c_fc.bias),
             W_gate=None, b_gate=None,
-            W_out=block.mlp.c_proj.weight.detach().float(), b_out=block.mlp.c_proj.bias.detach().float(),
+            W_out=_copy(block.mlp.c_proj.weight), b_out=_copy(block.mlp.c_proj.bias),
             ln_attn=_norm(model, block.ln_1), ln_mlp=_norm(model, block.ln_2), kv_head=kv_head)
     block = model.hf_model.model.layers[layer]
     attn, mlp = block.self_attn, block.mlp
 
     def heads(linear, n):  # nn.Linear [n*dh, d] -> W [n, d, dh], b [n, dh]
-        W = linear.weight.detach().float().reshape(n, dh, d).transpose(1, 2)
-        b = linear.bias.detach().float().reshape(n, dh) if linear.bias is not None else torch.zeros(n, dh)
+        W = _copy(linear.weight).reshape(n, dh, d).transpose(1, 2)
+        b = _copy(linear.bias).reshape(n, dh) if linear.bias is not None else torch.zeros(n, dh)
         return W, b
 
     def dense(linear):  # nn.Linear [out, in] -> W [in, out], b [out]
-        W = linear.weight.detach().float().T
-        return W, (linear.bias.detach().float() if linear.bias is not None else torch.zeros(W.shape[1]))
+        W = _copy(linear.weight).T
+        return W, (_copy(linear.bias) if linear.bias is not None else torch.zeros(W.shape[1]))
 
     W_q, b_q = heads(attn.q_proj, H)
     W_k, b_k = (t[kv_head] for t in heads(attn.k_proj, G))
@@ -176,6 +181,6 @@ def raw_layer_weights(model, layer: int) -> LayerWeights:
 def _raw_unembedding(model) -> Unembedding:
     hf = model.hf_model
     final = hf.transformer.ln_f if model.architecture == "gpt2" else hf.model.norm
-    W_U = hf.lm_head.weight.detach().float().T
-    b_U = hf.lm_head.bias.detach().float() if hf.lm_head.bias is not None else torch.zeros(W_U.shape[1])
+    W_U = _copy(hf.lm_head.weight).T
+    b_U = _copy(hf.lm_head.bias) if hf.lm_head.bias is not None else torch.zeros(W_U.shape[1])
     return Unembedding(W_U, b_U, _norm(model, final))
