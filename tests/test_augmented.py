@@ -2,58 +2,41 @@
 import pytest
 import torch
 
-from helpers.augmented import (SVD, direction_counts, homogeneous, layer_svds, mlp_in_matrices, mlp_out_matrix,
-                               ov_factors, ov_matrix, qk_factors, qk_matrix, svd_dense, svd_of_product)
-from helpers.weights import input_hook, layer_weights
+from helpers.augmented import (SVD, direction_counts, layer_svds, ov_factors, ov_matrix, qk_factors, qk_matrix,
+                               svd_dense, svd_of_product)
+from helpers.identities import identity_errors
+from helpers.weights import layer_weights
 from tests.conftest import EMBEDDED_MODELS, TINY_MODELS, cached_run
-from tests.test_weights import centred_if, close
 
 MODELS = [(m, p) for m in TINY_MODELS for p in ("raw", "fold_norm", "transformer_lens")] + \
          [(m, "fold_norm") for m in EMBEDDED_MODELS]
 
 
-@pytest.mark.parametrize("name,processing", MODELS)
-def test_qk_bilinear_form_equals_query_key_dot_products(name, processing):
-    model, _, _, cache = cached_run(name, processing)
-    layer = model.n_layers - 1
-    w = layer_weights(model, layer)
-    x = homogeneous(cache[input_hook(model, layer, "attn")][0].double())
-    scores = torch.einsum("id,hde,je->hij", x, qk_matrix(w), x)
-    q = cache[f"blocks.{layer}.attn.hook_q"][0].double()
-    k = cache[f"blocks.{layer}.attn.hook_k"][0][:, w.kv_head].double()
-    close(scores, torch.einsum("ihe,jhe->hij", q, k))
-    svd = svd_of_product(*qk_factors(w))  # and through the singular directions
-    via_svd = torch.einsum("id,hdr,hr,je,her->hij", x, svd.U, svd.S, x, svd.V)
-    close(via_svd, scores)
+IDENTITY_TOLERANCE = 1e-4
 
 
 @pytest.mark.parametrize("name,processing", MODELS)
-def test_ov_matrix_maps_attention_weighted_input_to_head_output(name, processing):
+def test_augmented_identities_hold_on_real_activations(name, processing):
     model, _, _, cache = cached_run(name, processing)
-    layer = model.n_layers - 1
-    w = layer_weights(model, layer)
-    x = cache[input_hook(model, layer, "attn")][0].double()
-    pattern = cache[f"blocks.{layer}.attn.hook_pattern"][0].double()
-    c = homogeneous(torch.einsum("hqk,kd->hqd", pattern, x))  # c̃ = [1, Σ_j A_ij x_j] per head
-    heads = torch.einsum("hqd,hdm->hqm", c, ov_matrix(w))
-    close(heads.sum(0), centred_if(model, cache[f"blocks.{layer}.attn.o.hook_out"][0].double()))
-    if processing != "transformer_lens":  # per head: the hook's z through W_O, plus b_O / H
-        z = cache[f"blocks.{layer}.attn.hook_z"][0].double()
-        expected = torch.einsum("qhe,hem->hqm", z, w.W_O.double()) + w.b_O.double() / w.n_heads
-        close(heads, expected)
+    for layer in sorted({0, model.n_layers - 1}):
+        errors = identity_errors(model, cache, layer)
+        expected = {"qk", "qk_svd", "ov", "mlp_up", "mlp_out"} | ({"ov_per_head"} if processing != "transformer_lens" else set())
+        assert expected <= set(errors)
+        assert max(errors.values()) < IDENTITY_TOLERANCE, errors
 
 
-@pytest.mark.parametrize("name,processing", MODELS)
-def test_mlp_augmented_matrices_reproduce_pre_activations_and_output(name, processing):
-    model, _, _, cache = cached_run(name, processing)
-    layer = model.n_layers - 1
-    w = layer_weights(model, layer)
-    x = homogeneous(cache[input_hook(model, layer, "mlp")][0].double())
-    hooks = {"up": "mlp.in.hook_out", "gate": "mlp.gate.hook_out"}
-    for kind, matrix in mlp_in_matrices(w).items():
-        close(x @ matrix.double(), cache[f"blocks.{layer}.{hooks[kind]}"][0].double())
-    post = homogeneous(cache[f"blocks.{layer}.mlp.hook_post"][0].double())
-    close(post @ mlp_out_matrix(w).double(), centred_if(model, cache[f"blocks.{layer}.mlp.out.hook_out"][0].double()))
+def test_identity_check_detects_a_wrong_weight():
+    model, _, _, cache = cached_run("tiny-llama", "fold_norm")
+    block = model.hf_model.model.layers[0]
+    original = block.self_attn.k_proj.weight.detach().clone()
+    try:
+        with torch.no_grad():
+            block.self_attn.k_proj.weight.mul_(1.01)
+        errors = identity_errors(model, cache, 0)
+    finally:
+        with torch.no_grad():
+            block.self_attn.k_proj.weight.copy_(original)
+    assert errors["qk"] > 1e-3 and errors["ov"] < IDENTITY_TOLERANCE
 
 
 def assert_same_svd(factored: SVD, dense: SVD, rank: int):

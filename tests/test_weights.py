@@ -2,6 +2,7 @@
 import pytest
 import torch
 
+from helpers.identities import centred_if_processed
 from helpers.models import PROCESSINGS
 from helpers.weights import input_hook, layer_weights, unembedding
 from tests.conftest import EMBEDDED_MODELS, TINY_MODELS, cached_run
@@ -12,13 +13,6 @@ CASES = [(m, p) for m in TINY_MODELS for p in PROCESSINGS] + [(m, "fold_norm") f
 def close(actual, expected, rtol=1e-4):
     scale = expected.abs().max().clamp_min(1e-6)
     assert (actual - expected).abs().max() <= rtol * scale, float((actual - expected).abs().max() / scale)
-
-
-def centred_if(model, x):
-    """TransformerLens' processing centres writes of LayerNorm models: compare with the centred value."""
-    if model.processing == "transformer_lens" and model.architecture == "gpt2":
-        return x - x.mean(-1, keepdim=True)
-    return x
 
 
 @pytest.mark.parametrize("name,processing", CASES)
@@ -36,7 +30,7 @@ def test_attention_weights_reproduce_hooks(name, processing):
         v = torch.einsum("pd,hde->phe", x, w.W_V.double()) + w.b_V.double()
         z = torch.einsum("hqk,khe->qhe", pattern, v)
         heads = torch.einsum("qhe,hed->qhd", z, w.W_O.double()) + w.b_O.double() / w.n_heads
-        close(heads.sum(1), centred_if(model, cache[f"blocks.{layer}.attn.o.hook_out"][0].double()))
+        close(heads.sum(1), centred_if_processed(model, cache[f"blocks.{layer}.attn.o.hook_out"][0].double()))
         if processing != "transformer_lens":
             close(z, cache[f"blocks.{layer}.attn.hook_z"][0].double())
 
@@ -52,7 +46,7 @@ def test_mlp_weights_reproduce_hooks(name, processing):
             close(x @ w.W_gate.double() + w.b_gate.double(), cache[f"blocks.{layer}.mlp.gate.hook_out"][0].double())
         post = cache[f"blocks.{layer}.mlp.hook_post"][0].double()
         close(post @ w.W_out.double() + w.b_out.double(),
-              centred_if(model, cache[f"blocks.{layer}.mlp.out.hook_out"][0].double()))
+              centred_if_processed(model, cache[f"blocks.{layer}.mlp.out.hook_out"][0].double()))
 
 
 @pytest.mark.parametrize("name,processing", CASES)

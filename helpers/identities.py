@@ -1,0 +1,55 @@
+"""The identities of METHODS.md section 1.1 checked against the model's own hook values."""
+from __future__ import annotations
+
+import torch
+
+from helpers.augmented import homogeneous, layer_svds, mlp_in_matrices, mlp_out_matrix, ov_matrix, qk_matrix
+from helpers.weights import input_hook, layer_weights
+
+
+def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    """max |actual − expected| / max |expected|."""
+    return float((actual - expected).abs().max() / expected.abs().max().clamp_min(1e-12))
+
+
+def centred_if_processed(model, x: torch.Tensor) -> torch.Tensor:
+    """TransformerLens' processing centres the writes of LayerNorm models: compare with centred values."""
+    if model.processing == "transformer_lens" and model.architecture == "gpt2":
+        return x - x.mean(-1, keepdim=True)
+    return x
+
+
+def identity_errors(model, cache, layer: int, batch: int = 0) -> dict[str, float]:
+    """Relative error of each identity on one prompt of a ``run_with_cache`` result:
+
+    - ``qk``: x̃_iᵀ W̃_QK x̃_j = q_i · k_j (raw projections, before any q/k norm and rotation);
+    - ``qk_svd``: the same through the singular directions, Σ_k σ_k (x̃_i·u_k)(x̃_j·v_k);
+    - ``ov``: Σ_h c̃_h W̃_OV,h = attention output, c̃_h = [1, Σ_j A_ij x_j];
+    - ``ov_per_head``: c̃_h W̃_OV,h = z_h W_O,h + b_O/H (not defined under ``transformer_lens`` processing,
+      which moves value biases into b_O);
+    - ``mlp_up`` / ``mlp_gate``: x̃ W̃_in = pre-activations; ``mlp_out``: [1, act] W̃_out = MLP output."""
+    w = layer_weights(model, layer)
+    hook = lambda name: cache[f"blocks.{layer}.{name}"][batch].double()  # noqa: E731
+    x = homogeneous(cache[input_hook(model, layer, "attn")][batch].double())
+    q, k = hook("attn.hook_q"), hook("attn.hook_k")[:, w.kv_head]
+    dots = torch.einsum("ihe,jhe->hij", q, k)
+    errors = {"qk": relative_error(torch.einsum("id,hde,je->hij", x, qk_matrix(w), x), dots)}
+    svds = layer_svds(w)
+    qk = svds["qk"]
+    errors["qk_svd"] = relative_error(torch.einsum("id,hdr,hr,je,her->hij", x, qk.U, qk.S, x, qk.V), dots)
+    pattern = hook("attn.hook_pattern")  # [head, query, key]
+    c = torch.einsum("hqk,kd->hqd", pattern, x[:, 1:])
+    heads = torch.einsum("hqd,hdm->hqm", homogeneous(c), ov_matrix(w))
+    errors["ov"] = relative_error(heads.sum(0), centred_if_processed(model, hook("attn.o.hook_out")))
+    if model.processing != "transformer_lens":
+        z = hook("attn.hook_z")
+        expected = torch.einsum("qhe,hem->hqm", z, w.W_O.double()) + w.b_O.double() / w.n_heads
+        errors["ov_per_head"] = relative_error(heads, expected)
+    x_mlp = homogeneous(cache[input_hook(model, layer, "mlp")][batch].double())
+    hooks = {"up": "mlp.in.hook_out", "gate": "mlp.gate.hook_out"}
+    for name, matrix in mlp_in_matrices(w).items():
+        errors[f"mlp_{name}"] = relative_error(x_mlp @ matrix.double(), hook(hooks[name]))
+    post = homogeneous(hook("mlp.hook_post"))
+    errors["mlp_out"] = relative_error(post @ mlp_out_matrix(w).double(),
+                                       centred_if_processed(model, hook("mlp.out.hook_out")))
+    return errors
