@@ -152,3 +152,37 @@ def direction_counts(n_layers: int, n_heads: int, d_model: int, d_head: int, d_m
               "mlp_out": n_layers * min(d_mlp + 1, d_model)}
     counts["total"] = sum(counts.values())
     return counts
+
+
+def spectra_frame(svds: list[dict[str, SVD]], layers=None):
+    """Long table of singular values: layer, kind, head (-1 for MLP), index, sigma, degenerate, and null
+    (σ numerically zero, e.g. the bias row of a model without biases)."""
+    import pandas as pd
+
+    layers = range(len(svds)) if layers is None else layers
+    rows = []
+    for layer, per_kind in zip(layers, svds):
+        for kind, svd in per_kind.items():
+            S = svd.S.reshape(-1, svd.S.shape[-1])
+            D = svd.degenerate.reshape(S.shape)
+            N = S <= NULL_RTOL * S[:, :1]
+            for head in range(S.shape[0]):
+                for index, row in enumerate(zip(S[head].tolist(), D[head].tolist(), N[head].tolist())):
+                    rows.append((layer, kind, head if svd.S.ndim > 1 else -1, index, *row))
+    return pd.DataFrame(rows, columns=["layer", "kind", "head", "index", "sigma", "degenerate", "null"])
+
+
+def qk_semantics(model) -> str:
+    """What the QK singular directions mean for this architecture (METHODS.md section 1.1)."""
+    config = model.config
+    if model.architecture == "gpt2":
+        return "GPT-2: the attention score is exactly x̃_iᵀ W̃_QK x̃_j / √d_head; QK directions are directions of the score."
+    text = ("RoPE rotates q and k by position, so W̃_QK is the pre-rotation bilinear form; the score at offset "
+            "i − j is a rotated version of it.")
+    if model.architecture == "gemma3_text":
+        text = ("Gemma-3 normalises q and k per head (q_norm, k_norm: RMSNorm) before RoPE, so W̃_QK is the bilinear "
+                "form of the pre-norm, pre-rotation projections; scores depend on it only through the normalised, "
+                "rotated q and k.")
+    if getattr(config, "attn_logit_softcapping", None):
+        text += f" Scores are soft-capped at {config.attn_logit_softcapping}."
+    return text

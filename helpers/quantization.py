@@ -113,3 +113,27 @@ def quantization_summary(model, layer: int) -> dict[str, float]:
         out[name] = dict(on_grid=float((step > 0).double().mean()),
                          median_step_over_rms=float(step[step > 0].double().median() / rms) if (step > 0).any() else 0.0)
     return out
+
+
+def noise_floor_frame(model, layers, seed: int = 0, progress: bool = False):
+    """Long table of noise floors: layer, kind, head (-1 for MLP), floor."""
+    import pandas as pd
+
+    if progress:
+        from tqdm.auto import tqdm
+
+        layers = tqdm(list(layers), desc="quantization noise floor")
+    rows = []
+    for layer in layers:
+        for kind, floor in noise_floor(model, layer, seed=seed + layer).items():
+            values = floor.reshape(-1).tolist()
+            for head, value in enumerate(values):
+                rows.append((layer, kind, head if floor.ndim else -1, value))
+    return pd.DataFrame(rows, columns=["layer", "kind", "head", "floor"])
+
+
+def fraction_above_floor(spectra, floors):
+    """Per matrix kind, the fraction of singular directions (in layers with a measured floor) whose σ
+    exceeds the noise floor of their own matrix."""
+    merged = spectra.merge(floors, on=["layer", "kind", "head"])
+    return (merged["sigma"] > merged["floor"]).groupby(merged["kind"]).mean().to_dict()

