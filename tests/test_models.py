@@ -1,0 +1,94 @@
+"""Registry and loading: offline tokenizer, local weight folders, fast and clear failures, cache safety."""
+import dataclasses
+import time
+
+import pytest
+import torch
+
+from helpers.cache import atomic_dir
+from helpers.models import (MODELS, ModelUnavailableError, available_models, gguf_path, gpt2_tokenizer, load_model,
+                            tiny_hf_model)
+
+
+def test_gpt2_tokenizer_works_offline_with_gpt2_ids():
+    tokenizer = gpt2_tokenizer()
+    assert tokenizer("Hello world")["input_ids"] == [15496, 995]
+    assert tokenizer(" Mary and John")["input_ids"] == [5335, 290, 1757]
+    assert len(tokenizer) == 50257
+
+
+def test_hub_model_without_weights_fails_fast_naming_the_fix(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path))  # an empty hub cache
+    monkeypatch.delenv("SVDIRS_WEIGHTS_GPT2_SMALL", raising=False)
+    start = time.time()
+    with pytest.raises(ModelUnavailableError) as err:
+        load_model("gpt2-small")
+    assert time.time() - start < 10
+    message = str(err.value)
+    assert "weights_dir" in message and "SVDIRS_WEIGHTS_GPT2_SMALL" in message
+    assert "smollm2-135m" in message and "gemma-3-270m" in message  # what is available instead
+    assert "gpt2-small" not in available_models()
+
+
+def test_unknown_model_lists_the_registry():
+    with pytest.raises(ModelUnavailableError, match="tiny-gpt2.*gemma-2-2b|gemma-2-2b.*tiny-gpt2"):
+        load_model("gpt-5")
+
+
+def test_bad_processing_is_refused():
+    with pytest.raises(ValueError, match="processing='folded'.*raw"):
+        load_model("tiny-gpt2", processing="folded")
+
+
+def test_weights_dir_without_config_is_refused(tmp_path):
+    with pytest.raises(ModelUnavailableError, match="config.json"):
+        load_model("gemma-2-2b", weights_dir=tmp_path)
+
+
+@pytest.mark.parametrize("hub_name,tiny_name", [("gpt2-small", "tiny-gpt2"), ("gemma-2-2b", "tiny-gemma2")])
+def test_hub_models_load_from_a_local_folder(tmp_path, hub_name, tiny_name):
+    """The real loading path of hub models, up to the weights: a local Hugging Face folder."""
+    tiny_hf_model(MODELS[tiny_name], seed=0).save_pretrained(tmp_path)
+    gpt2_tokenizer().save_pretrained(tmp_path)
+    tiny = load_model(tiny_name, seed=0)
+    model = load_model(hub_name, weights_dir=tmp_path)
+    assert model.weights_source == str(tmp_path)
+    tokens = model.to_tokens("When Mary and John went")
+    with torch.no_grad():
+        torch.testing.assert_close(model.bridge(tokens), tiny.bridge(tokens))
+
+
+def test_gguf_with_wrong_hash_is_refused_before_loading():
+    spec = dataclasses.replace(MODELS["smollm2-135m"], gguf_sha256="0" * 64)
+    with pytest.raises(ModelUnavailableError, match="sha256.*expected 0000"):
+        gguf_path(spec)
+
+
+def test_interrupted_cache_write_leaves_the_old_entry(tmp_path):
+    target = tmp_path / "entry"
+    with atomic_dir(target) as tmp:
+        (tmp / "model.safetensors").write_text("good")
+    with pytest.raises(RuntimeError):
+        with atomic_dir(target) as tmp:
+            (tmp / "model.safetensors").write_text("half-writ")
+            raise RuntimeError("interrupted")
+    assert (target / "model.safetensors").read_text() == "good"
+    assert [p.name for p in tmp_path.iterdir()] == ["entry"]
+
+
+def test_tiny_models_are_seeded():
+    a, b, c = load_model("tiny-llama", seed=1), load_model("tiny-llama", seed=1), load_model("tiny-llama", seed=2)
+    wa, wb, wc = (m.hf_model.model.layers[0].self_attn.q_proj.weight for m in (a, b, c))
+    assert torch.equal(wa, wb) and not torch.equal(wa, wc)
+
+
+@pytest.mark.parametrize("name", ["smollm2-135m", "gemma-3-270m"])
+def test_embedded_models_load_offline_and_solve_a_simple_ioi_prompt(name):
+    model = load_model(name)
+    tokens = model.to_tokens("When Mary and John went to the store, John gave a drink to")
+    with torch.no_grad():
+        logits = model.bridge(tokens)[0, -1]
+    mary, john = (model.tokenizer(t, add_special_tokens=False)["input_ids"][0] for t in (" Mary", " John"))
+    assert logits[mary] > logits[john]
+    assert model.record()["weights_source"].startswith(MODELS[name].gguf_package)
