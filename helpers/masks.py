@@ -1,0 +1,282 @@
+"""Masks over singular directions, applied as maps on existing hook points (METHODS.md section 1.2).
+
+Every mask acts on the *coefficients* of an activation along the write directions of its augmented
+matrix: a_k ← m_k a_k + (1 − m_k) a_k^ref, one rule for every matrix type, with
+
+- ``reference``: ``"zero"``, ``"mean"`` (dataset mean of a_k over the prompts' real positions) or
+  ``"corrupted"`` (a_k on the corrupted prompt, same position; resample ablation);
+- ``positions``: ``"all"`` or ``"answer"`` (only the answer position of each prompt).
+
+Where each mask acts:
+
+- OV (per head): the head's output r_h = z_h W_O,h + b_O/H has coefficients a = r_h V_h; the change
+  (m − 1)(a − a_ref) V_hᵀ is added to the attention output (hooks ``attn.hook_z`` and ``attn.o.hook_out``).
+- MLP in (up, and gate for gated MLPs) and MLP out: the pre-activations / the MLP output p have
+  coefficients a = p V; p ← p + (m − 1)(a − a_ref) Vᵀ (hooks ``mlp.in/gate/out.hook_out``).
+- QK (per head): with W̃_Q = U A, the query's coefficients are c = q A⁻¹ (= x̃ U) and the score is
+  Σ_k σ_k c_k (x̃'·v_k); the mask rewrites q ← (m ⊙ c + (1 − m) ⊙ c_ref) A on the query side (hook
+  ``attn.hook_q``), which works with grouped key/value heads. With RoPE (and Gemma's q/k norms) the
+  rotation and norm act after the mask: masks act on the pre-rotation bilinear form.
+
+All masks at 1 leave the model's logits unchanged (tested). Under ``processing="transformer_lens"``
+per-head OV outputs are not the model's, so masks need ``raw`` or ``fold_norm`` processing.
+
+The paper's mixed rule (QK: zero at all positions; OV/MLP: corrupted prompt at the answer position
+only) is available as ``AblationRule.paper()`` for comparison; it never ablates OV/MLP work at earlier
+positions and so inflates sparsity.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+
+from helpers.augmented import layer_svds, qk_factors
+from helpers.weights import layer_weights
+
+KINDS = ("qk", "ov", "mlp_gate", "mlp_up", "mlp_out")
+REFERENCES = ("zero", "mean", "corrupted")
+POSITIONS = ("all", "answer")
+COEFFICIENT_HOOKS = {"qk": "attn.hook_q", "ov": "attn.hook_z", "mlp_up": "mlp.in.hook_out",
+                     "mlp_gate": "mlp.gate.hook_out", "mlp_out": "mlp.out.hook_out"}
+
+
+@dataclass(frozen=True)
+class AblationRule:
+    """Reference and positions for each matrix kind (one rule for all kinds unless ``paper()``)."""
+
+    reference: dict
+    positions: dict
+    name: str
+
+    @classmethod
+    def uniform(cls, reference: str = "corrupted", positions: str = "all") -> "AblationRule":
+        if reference not in REFERENCES:
+            raise ValueError(f"reference={reference!r} is not one of {REFERENCES}")
+        if positions not in POSITIONS:
+            raise ValueError(f"positions={positions!r} is not one of {POSITIONS}")
+        return cls({k: reference for k in KINDS}, {k: positions for k in KINDS}, f"{reference}@{positions}")
+
+    @classmethod
+    def paper(cls) -> "AblationRule":
+        """Paper 1's mixed rule, for labelled comparison only."""
+        ref = {k: ("zero" if k == "qk" else "corrupted") for k in KINDS}
+        pos = {k: ("all" if k == "qk" else "answer") for k in KINDS}
+        return cls(ref, pos, "paper (QK zero@all, OV/MLP corrupted@answer)")
+
+    def record(self) -> dict:
+        return dict(name=self.name, reference=self.reference, positions=self.positions)
+
+
+@dataclass
+class LayerBases:
+    """Per layer, the maps from hook values to coefficients (float32, no gradient)."""
+
+    qk_A: torch.Tensor  # [H, dh, dh]   q = c A
+    qk_A_inv: torch.Tensor  # [H, dh, dh]   c = q A⁻¹
+    ov_V: torch.Tensor  # [H, d, r]     write directions of W̃_OV
+    ov_from_z: torch.Tensor  # [H, dh, r]    a = z (W_O V) + (b_O/H) V
+    ov_bias: torch.Tensor  # [H, r]
+    mlp: dict  # kind -> V [n, r]
+
+
+def layer_bases(model, layer: int) -> LayerBases:
+    w = layer_weights(model, layer)
+    svds = layer_svds(w)
+    Q, _ = qk_factors(w)
+    A = svds["qk"].U.transpose(1, 2) @ Q.double()  # Q̃ = U A (Q̃ lies in span U)
+    V = svds["ov"].V
+    from_z = w.W_O.double() @ V
+    bias = torch.einsum("d,hdr->hr", w.b_O.double() / w.n_heads, V)
+    return LayerBases(A.float(), torch.linalg.inv(A).float(), V.float(), from_z.float(), bias.float(),
+                      {k: svds[k].V.float() for k in ("mlp_gate", "mlp_up", "mlp_out") if k in svds})
+
+
+def direction_shapes(model) -> dict[str, tuple]:
+    """Shape of the mask of each kind in one layer."""
+    H, dh, d = model.n_heads, model.d_head, model.d_model
+    gated = model.architecture != "gpt2"
+    shapes = {"qk": (H, dh), "ov": (H, min(dh + 1, d)), "mlp_up": (min(d + 1, model.d_mlp),),
+              "mlp_out": (min(model.d_mlp + 1, d),)}
+    if gated:
+        shapes["mlp_gate"] = (min(d + 1, model.d_mlp),)
+    return shapes
+
+
+class DirectionMasks(torch.nn.Module):
+    """Mask logits for every singular direction of every layer; m = sigmoid(logit)."""
+
+    def __init__(self, model, init: float = 0.99):
+        super().__init__()
+        logit = float(torch.logit(torch.tensor(init)))
+        self.shapes = direction_shapes(model)
+        self.n_layers = model.n_layers
+        self.logits = torch.nn.ParameterDict({
+            f"{layer}_{kind}": torch.nn.Parameter(torch.full(shape, logit))
+            for layer in range(model.n_layers) for kind, shape in self.shapes.items()})
+
+    def values(self, layer: int, kind: str) -> torch.Tensor:
+        return torch.sigmoid(self.logits[f"{layer}_{kind}"])
+
+    def total(self) -> torch.Tensor:
+        """Σ m over all directions (the L1 term)."""
+        return sum(torch.sigmoid(p).sum() for p in self.logits.values())
+
+    def count(self) -> int:
+        return sum(p.numel() for p in self.logits.values())
+
+
+class FixedMasks:
+    """Masks given as tensors (binarised, random, all ones): same interface as ``DirectionMasks``."""
+
+    def __init__(self, values: dict[str, torch.Tensor]):
+        self._values = values
+
+    def values(self, layer: int, kind: str) -> torch.Tensor:
+        return self._values[f"{layer}_{kind}"]
+
+    def count(self) -> int:
+        return sum(v.numel() for v in self._values.values())
+
+    @classmethod
+    def ones(cls, model) -> "FixedMasks":
+        return cls({f"{layer}_{kind}": torch.ones(shape) for layer in range(model.n_layers)
+                    for kind, shape in direction_shapes(model).items()})
+
+    @classmethod
+    def binarised(cls, masks: DirectionMasks, threshold: float) -> "FixedMasks":
+        return cls({name: (torch.sigmoid(p.detach()) > threshold).float() for name, p in masks.logits.items()})
+
+
+class MaskedModel:
+    """Runs a loaded model with direction masks applied through hooks."""
+
+    def __init__(self, model):
+        if model.processing == "transformer_lens":
+            raise ValueError("masks need processing='fold_norm' or 'raw': under 'transformer_lens' per-head OV outputs "
+                             "are not the model's own (value biases moved into b_O)")
+        self.model = model
+        self.bases = [layer_bases(model, layer) for layer in range(model.n_layers)]
+        self._base = model.hf_model.transformer if model.architecture == "gpt2" else model.hf_model.model
+        self.softcap = getattr(model.config, "final_logit_softcapping", None)
+
+    # --- plain runs ---------------------------------------------------------------------------------------
+
+    def final_logits(self, tokens: torch.Tensor, answer_pos: torch.Tensor, fwd_hooks=()) -> torch.Tensor:
+        """[n, vocab] logits at the answer positions only (no unembedding of the other positions)."""
+        with self.model.bridge.hooks(fwd_hooks=list(fwd_hooks)):
+            hidden = self._base(input_ids=tokens).last_hidden_state
+        picked = hidden[torch.arange(tokens.shape[0]), answer_pos]
+        logits = self.model.hf_model.lm_head(picked)
+        return self.softcap * torch.tanh(logits / self.softcap) if self.softcap else logits
+
+    def coefficients(self, tokens: torch.Tensor) -> list[dict[str, torch.Tensor]]:
+        """Per layer, the coefficients a of every kind at every position ([n, T, (H,) r]), unmasked."""
+        store = [dict() for _ in self.bases]
+        hooks = []
+        for layer in range(len(self.bases)):
+            for kind, name in COEFFICIENT_HOOKS.items():
+                if kind.startswith("mlp") and kind not in self.bases[layer].mlp:
+                    continue
+                hooks.append((f"blocks.{layer}.{name}", self._recorder(store, layer, kind)))
+        with torch.no_grad(), self.model.bridge.hooks(fwd_hooks=hooks):
+            self._base(input_ids=tokens)
+        return store
+
+    def _recorder(self, store, layer, kind):
+        def hook(value, hook):
+            store[layer][kind] = self._coefficients(layer, kind, value)
+            return value
+        return hook
+
+    def _coefficients(self, layer: int, kind: str, value: torch.Tensor) -> torch.Tensor:
+        b = self.bases[layer]
+        if kind == "qk":
+            return torch.einsum("nphe,hef->nphf", value, b.qk_A_inv)
+        if kind == "ov":
+            return torch.einsum("nphe,her->nphr", value, b.ov_from_z) + b.ov_bias
+        return value @ b.mlp[kind]
+
+    # --- masked runs --------------------------------------------------------------------------------------
+
+    def references(self, rule: AblationRule, tokens: torch.Tensor, corrupted: torch.Tensor | None,
+                   valid: torch.Tensor) -> list[dict[str, torch.Tensor]]:
+        """Reference coefficients per layer and kind, broadcastable to [n, T, (H,) r]."""
+        needs = set(rule.reference.values())
+        clean = self.coefficients(tokens) if "mean" in needs else None
+        corrupt = self.coefficients(corrupted) if "corrupted" in needs else None
+        if "corrupted" in needs and corrupted is None:
+            raise ValueError("the 'corrupted' reference needs corrupted prompts")
+        out = []
+        for layer in range(len(self.bases)):
+            refs = {}
+            for kind in self._kinds(layer):
+                ref = rule.reference[kind]
+                if ref == "corrupted":
+                    refs[kind] = corrupt[layer][kind]
+                elif ref == "mean":
+                    a = clean[layer][kind]
+                    weights = valid.reshape(*valid.shape, *([1] * (a.ndim - 2))).to(a.dtype)
+                    refs[kind] = (a * weights).sum((0, 1)) / weights.sum()
+                else:
+                    refs[kind] = None
+            out.append(refs)
+        return out
+
+    def _kinds(self, layer: int):
+        return ["qk", "ov", *self.bases[layer].mlp]
+
+    def masked_hooks(self, masks, rule: AblationRule, references, answer_pos: torch.Tensor, n_pos: int):
+        """Forward hooks that apply ``masks`` under ``rule``."""
+        n = answer_pos.shape[0]
+        at_answer = torch.zeros(n, n_pos)
+        at_answer[torch.arange(n), answer_pos] = 1.0
+        hooks = []
+        for layer in range(len(self.bases)):
+            for kind in self._kinds(layer):
+                where = at_answer if rule.positions[kind] == "answer" else None
+                mask = masks.values(layer, kind)
+                ref = references[layer][kind]
+                if kind == "ov":
+                    hooks += self._ov_hooks(layer, mask, ref, where)
+                else:
+                    hooks.append((f"blocks.{layer}.{COEFFICIENT_HOOKS[kind]}",
+                                  self._coefficient_hook(layer, kind, mask, ref, where)))
+        return hooks
+
+    @staticmethod
+    def _delta(a, mask, ref, where):
+        """(m − 1)(a − a_ref), restricted to the chosen positions."""
+        delta = (mask - 1) * (a if ref is None else a - ref)
+        if where is not None:
+            delta = delta * where.reshape(*where.shape, *([1] * (delta.ndim - 2)))
+        return delta
+
+    def _coefficient_hook(self, layer, kind, mask, ref, where):
+        b = self.bases[layer]
+
+        def hook(value, hook):
+            a = self._coefficients(layer, kind, value)
+            delta = self._delta(a, mask, ref, where)
+            if kind == "qk":  # q = c A, so a change of the coefficients changes q by Δc A
+                return value + torch.einsum("nphf,hfe->nphe", delta, b.qk_A)
+            return value + delta @ b.mlp[kind].T
+        return hook
+
+    def _ov_hooks(self, layer, mask, ref, where):
+        b = self.bases[layer]
+        state = {}
+
+        def on_z(z, hook):
+            a = self._coefficients(layer, "ov", z)
+            state["change"] = torch.einsum("nphr,hdr->npd", self._delta(a, mask, ref, where), b.ov_V)
+            return z
+
+        def on_output(out, hook):
+            return out + state.pop("change")
+        return [(f"blocks.{layer}.attn.hook_z", on_z), (f"blocks.{layer}.attn.o.hook_out", on_output)]
+
+    def masked_final_logits(self, masks, rule: AblationRule, tokens, answer_pos, references) -> torch.Tensor:
+        hooks = self.masked_hooks(masks, rule, references, answer_pos, tokens.shape[1])
+        return self.final_logits(tokens, answer_pos, hooks)

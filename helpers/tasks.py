@@ -1,0 +1,233 @@
+"""Paper 1's tasks as seeded generators (METHODS.md section 1.4): IOI, gender pronoun, greater-than.
+
+A ``Task`` holds clean and corrupted prompts as right-padded token tensors (causal models never look
+ahead, so padding after the answer position changes nothing), the answer position of each prompt, the
+answer token ids, and a metric. Words that are not a single token for the model's tokenizer are
+filtered out, and how many were dropped is recorded in ``Task.dropped``; nothing is silently mis-scored.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+import torch
+
+NAMES_MALE = ["John", "David", "Michael", "James", "Robert", "William", "Richard", "Thomas", "Mark", "Paul",
+              "Daniel", "Peter", "George", "Edward", "Steven", "Kevin", "Brian", "Jason", "Matthew", "Gary",
+              "Eric", "Frank", "Scott", "Sam", "Jack", "Tom", "Ben", "Adam", "Henry", "Ryan"]
+NAMES_FEMALE = ["Mary", "Sarah", "Lisa", "Anna", "Emma", "Laura", "Karen", "Susan", "Linda", "Helen",
+                "Amy", "Rachel", "Julia", "Kate", "Alice", "Jessica", "Emily", "Nancy", "Maria", "Rose",
+                "Jane", "Grace", "Claire", "Lucy", "Sophie", "Ruth", "Diana", "Ann", "Betty", "Amanda"]
+PLACES = ["store", "park", "school", "garden", "station", "hospital", "restaurant", "office", "house", "beach",
+          "library", "market", "church", "museum", "airport"]
+OBJECTS = ["drink", "book", "ring", "ball", "bag", "letter", "key", "gift", "flower", "card", "phone", "cake",
+           "bottle", "hat", "pen"]
+IOI_TEMPLATES = [  # {IO} and {S} are the names; the answer (IO) follows the prompt
+    "When {A} and {B} went to the {PLACE}, {S} gave a {OBJECT} to",
+    "Then, {A} and {B} went to the {PLACE}. {S} gave a {OBJECT} to",
+    "After {A} and {B} arrived at the {PLACE}, {S} handed a {OBJECT} to",
+    "While {A} and {B} were working at the {PLACE}, {S} gave a {OBJECT} to",
+    "Friends {A} and {B} found a {OBJECT} at the {PLACE}. {S} gave it to",
+    "{A} and {B} had a long day at the {PLACE}, so {S} passed a {OBJECT} to",
+]
+GENDER_TEMPLATES = ["So {NAME} is a really great friend, isn't", "I think {NAME} is a very kind person, isn't"]
+NOUNS_DURATION = ["war", "reign", "dynasty", "expedition", "siege", "conflict", "drought", "project", "strike",
+                  "journey"]
+GREATER_THAN_TEMPLATE = "The {NOUN} lasted from the year {XX}{YY} to the year {XX}"
+
+
+@dataclass
+class Task:
+    """Clean and corrupted prompts of one task, tokenised for one model."""
+
+    name: str
+    prompts: list[str]
+    clean: torch.Tensor  # [n, T] right-padded token ids
+    corrupted: torch.Tensor  # [n, T], same answer positions
+    answer_pos: torch.Tensor  # [n] index of the last prompt token (logits there predict the answer)
+    correct: torch.Tensor  # [n] token id (IOI, gender) or the threshold YY (greater-than)
+    wrong: torch.Tensor  # [n] token id (IOI: S, gender: the other pronoun); -1 for greater-than
+    metric_name: str
+    dropped: dict = field(default_factory=dict)
+    digit_tokens: torch.Tensor | None = None  # greater-than: token ids of "00".."99" or of "0".."9"
+
+    def __len__(self) -> int:
+        return len(self.prompts)
+
+    def subset(self, index) -> "Task":
+        index = torch.as_tensor(index)
+        pick = lambda t: None if t is None else t[index]  # noqa: E731
+        return Task(self.name, [self.prompts[i] for i in index.tolist()], self.clean[index], self.corrupted[index],
+                    self.answer_pos[index], self.correct[index], self.wrong[index], self.metric_name, self.dropped,
+                    self.digit_tokens)
+
+    def split(self, fraction: float, seed: int = 0) -> tuple["Task", "Task"]:
+        """(train, held-out) random split."""
+        order = torch.randperm(len(self), generator=torch.Generator().manual_seed(seed))
+        cut = int(round(fraction * len(self)))
+        return self.subset(order[:cut]), self.subset(order[cut:])
+
+
+def single_token_words(tokenizer, words: list[str], prefix: str = " ") -> tuple[list[str], list[str]]:
+    """(kept, dropped): words whose ``prefix + word`` is one token."""
+    kept, dropped = [], []
+    for word in words:
+        (kept if len(tokenizer(prefix + word, add_special_tokens=False)["input_ids"]) == 1 else dropped).append(word)
+    return kept, dropped
+
+
+def token_id(tokenizer, text: str) -> int:
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    if len(ids) != 1:
+        raise ValueError(f"{text!r} is {len(ids)} tokens for this tokenizer; expected one")
+    return ids[0]
+
+
+def _tokenise(model, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded ids (BOS first) and the index of each text's last token."""
+    rows = [[model.tokenizer.bos_token_id] + model.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+    length = max(len(r) for r in rows)
+    pad = model.tokenizer.pad_token_id if model.tokenizer.pad_token_id is not None else model.tokenizer.bos_token_id
+    tokens = torch.full((len(rows), length), pad, dtype=torch.long)
+    for i, row in enumerate(rows):
+        tokens[i, : len(row)] = torch.tensor(row)
+    return tokens, torch.tensor([len(r) - 1 for r in rows])
+
+
+def _check_aligned(clean_pos: torch.Tensor, corrupt_pos: torch.Tensor, task: str) -> None:
+    if not torch.equal(clean_pos, corrupt_pos):
+        raise ValueError(f"{task}: corrupted prompts tokenise to other lengths than the clean ones")
+
+
+def ioi_task(model, n: int, seed: int = 0) -> Task:
+    """IOI (Wang et al. 2023): half ABBA, half BABA; metric logit diff IO − S; ABC corruption."""
+    rng = random.Random(seed)
+    tok = model.tokenizer
+    names, dropped_names = single_token_words(tok, NAMES_MALE + NAMES_FEMALE)
+    places, dropped_places = single_token_words(tok, PLACES)
+    objects, dropped_objects = single_token_words(tok, OBJECTS)
+    if len(names) < 5 or not places or not objects:
+        raise ValueError(f"too few single-token words for IOI with this tokenizer: names {len(names)}, "
+                         f"places {len(places)}, objects {len(objects)}")
+    clean, corrupt, io_ids, s_ids = [], [], [], []
+    for i in range(n):
+        template = rng.choice(IOI_TEMPLATES)
+        io, s, c1, c2, c3 = rng.sample(names, 5)
+        place, obj = rng.choice(places), rng.choice(objects)
+        a, b = (io, s) if i % 2 == 0 else (s, io)  # ABBA when IO comes first, BABA otherwise
+        clean.append(template.format(A=a, B=b, S=s, PLACE=place, OBJECT=obj))
+        corrupt.append(template.format(A=c1, B=c2, S=c3, PLACE=place, OBJECT=obj))
+        io_ids.append(token_id(tok, " " + io))
+        s_ids.append(token_id(tok, " " + s))
+    clean_t, pos = _tokenise(model, clean)
+    corrupt_t, pos_c = _tokenise(model, corrupt)
+    _check_aligned(pos, pos_c, "ioi")
+    return Task("ioi", clean, clean_t, corrupt_t, pos, torch.tensor(io_ids), torch.tensor(s_ids), "logit diff IO − S",
+                dropped=dict(names=dropped_names, places=dropped_places, objects=dropped_objects))
+
+
+def gender_task(model, n: int, seed: int = 0) -> Task:
+    """Gender pronoun: "So {name} is a really great friend, isn't" → " he" / " she"; corruption:
+    a name of the other gender. Metric: logit diff correct − wrong pronoun."""
+    rng = random.Random(seed)
+    tok = model.tokenizer
+    male, dropped_m = single_token_words(tok, NAMES_MALE)
+    female, dropped_f = single_token_words(tok, NAMES_FEMALE)
+    he, she = token_id(tok, " he"), token_id(tok, " she")
+    clean, corrupt, correct, wrong = [], [], [], []
+    for i in range(n):
+        template = rng.choice(GENDER_TEMPLATES)
+        is_male = i % 2 == 0
+        name, other = (rng.choice(male), rng.choice(female)) if is_male else (rng.choice(female), rng.choice(male))
+        clean.append(template.format(NAME=name))
+        corrupt.append(template.format(NAME=other))
+        correct.append(he if is_male else she)
+        wrong.append(she if is_male else he)
+    clean_t, pos = _tokenise(model, clean)
+    corrupt_t, pos_c = _tokenise(model, corrupt)
+    _check_aligned(pos, pos_c, "gender")
+    return Task("gender", clean, clean_t, corrupt_t, pos, torch.tensor(correct), torch.tensor(wrong),
+                "logit diff correct − wrong pronoun", dropped=dict(names=dropped_m + dropped_f))
+
+
+def greater_than_task(model, n: int, seed: int = 0) -> Task:
+    """Greater-than (Hanna et al. 2023): "The {noun} lasted from the year {XX}{YY} to the year {XX}";
+    metric Σ_{y>YY} p(y) − Σ_{y≤YY} p(y) over two-digit continuations; corruption YY → "01".
+
+    Tokenizers that split numbers into digits (Gemma, SmolLM2) predict the continuation in two steps;
+    ``digit_tokens`` then holds the ids of "0".."9" (else of "00".."99")."""
+    rng = random.Random(seed)
+    tok = model.tokenizer
+    nouns, dropped_nouns = single_token_words(tok, NOUNS_DURATION)
+    two_digit = all(len(tok(f"{y:02d}", add_special_tokens=False)["input_ids"]) == 1 for y in range(100))
+    digits = [token_id(tok, f"{y:02d}") for y in range(100)] if two_digit else [token_id(tok, str(d)) for d in range(10)]
+    ids = lambda text: tok(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+    clean, corrupt, thresholds, rejected = [], [], [], 0
+    while len(clean) < n:
+        noun, century, year = rng.choice(nouns), rng.choice(range(11, 18)), rng.randrange(2, 99)
+        text = GREATER_THAN_TEMPLATE.format(NOUN=noun, XX=century, YY=f"{year:02d}")
+        other = GREATER_THAN_TEMPLATE.format(NOUN=noun, XX=century, YY="01")
+        a, b = ids(text), ids(other)
+        if len(a) != len(b) or sum(x != y for x, y in zip(a, b)) > (1 if two_digit else 2):  # YY alone differs
+            rejected += 1
+            if rejected > 50 * n:
+                raise ValueError("greater-than: almost no year tokenises like its '01' corruption")
+            continue
+        clean.append(text)
+        corrupt.append(other)
+        thresholds.append(year)
+    clean_t, pos = _tokenise(model, clean)
+    corrupt_t, pos_c = _tokenise(model, corrupt)
+    _check_aligned(pos, pos_c, "greater-than")
+    return Task("greater_than", clean, clean_t, corrupt_t, pos, torch.tensor(thresholds), torch.full((n,), -1),
+                "P(YY' > YY) − P(YY' ≤ YY)", dropped=dict(nouns=dropped_nouns, years_rejected=rejected), digit_tokens=torch.tensor(digits))
+
+
+TASKS = {"ioi": ioi_task, "gender": gender_task, "greater_than": greater_than_task}
+
+
+def make_task(name: str, model, n: int, seed: int = 0) -> Task:
+    if name not in TASKS:
+        raise ValueError(f"task {name!r} is not one of {sorted(TASKS)}")
+    return TASKS[name](model, n, seed)
+
+
+# --- metrics ----------------------------------------------------------------------------------------------
+
+def answer_logits(logits: torch.Tensor, task: Task) -> torch.Tensor:
+    """[n, vocab] logits at each prompt's answer position, from [n, T, vocab]."""
+    return logits[torch.arange(logits.shape[0]), task.answer_pos]
+
+
+def logit_diff(final_logits: torch.Tensor, task: Task) -> torch.Tensor:
+    """[n] logit(correct) − logit(wrong) at the answer position (IOI, gender)."""
+    rows = torch.arange(final_logits.shape[0])
+    return final_logits[rows, task.correct] - final_logits[rows, task.wrong]
+
+
+def year_probabilities(run, task: Task) -> torch.Tensor:
+    """[n, 100] probability of each two-digit continuation "00".."99"; ``run(tokens) -> logits [n, T, vocab]``.
+
+    Two-digit tokenizers: one step. Digit tokenizers: p(d1) at the answer position times p(d2 | d1) from
+    ten runs with each first digit appended."""
+    digits = task.digit_tokens
+    first = torch.softmax(answer_logits(run(task.clean), task).double(), -1)
+    if len(digits) == 100:
+        probs = first[:, digits]
+        return probs
+    p1 = first[:, digits]  # [n, 10]
+    rows = torch.arange(len(task))
+    out = torch.zeros(len(task), 10, 10, dtype=torch.float64)
+    for d1 in range(10):
+        extended = torch.cat([task.clean, torch.zeros_like(task.clean[:, :1])], dim=1)
+        extended[rows, task.answer_pos + 1] = digits[d1]
+        logits = run(extended)[rows, task.answer_pos + 1].double()
+        out[:, d1] = torch.softmax(logits, -1)[:, digits]
+    return (p1[:, :, None] * out).reshape(len(task), 100)
+
+
+def probability_difference(year_probs: torch.Tensor, task: Task) -> torch.Tensor:
+    """[n] Σ_{y>YY} p(y) − Σ_{y≤YY} p(y)."""
+    years = torch.arange(100)
+    above = years[None, :] > task.correct[:, None]
+    return (year_probs * above).sum(-1) - (year_probs * ~above).sum(-1)

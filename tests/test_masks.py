@@ -1,0 +1,133 @@
+"""Direction masks: all-ones identity, and each ablation rule against plain activation patching."""
+import pytest
+import torch
+
+from helpers.masks import AblationRule, DirectionMasks, FixedMasks, MaskedModel, direction_shapes
+from helpers.models import load_model
+from helpers.tasks import ioi_task
+from tests.conftest import TINY_MODELS, cached_model
+
+RULES = [AblationRule.uniform(r, p) for r in ("zero", "mean", "corrupted") for p in ("all", "answer")] + [
+    AblationRule.paper()]
+
+
+def setup(name, n=6):
+    model = cached_model(name, "fold_norm")
+    masked = MaskedModel(model)
+    task = ioi_task(model, n, seed=1)
+    valid = torch.arange(task.clean.shape[1])[None] <= task.answer_pos[:, None]
+    return model, masked, task, valid
+
+
+def masks_with(model, layer, kind, value=0.0):
+    """All ones except every direction of one kind in one layer."""
+    masks = FixedMasks.ones(model)
+    masks._values[f"{layer}_{kind}"] = torch.full(direction_shapes(model)[kind], value)
+    return masks
+
+
+@pytest.mark.parametrize("name", TINY_MODELS + ["smollm2-135m"])
+def test_all_ones_masks_reproduce_the_models_logits(name):
+    model, masked, task, valid = setup(name)
+    with torch.no_grad():
+        full = model.bridge(task.clean)[torch.arange(len(task)), task.answer_pos]
+    for rule in RULES:
+        refs = masked.references(rule, task.clean, task.corrupted, valid)
+        out = masked.masked_final_logits(FixedMasks.ones(model), rule, task.clean, task.answer_pos, refs)
+        torch.testing.assert_close(out, full, rtol=1e-4, atol=1e-4 * float(full.abs().max()))
+
+
+def patched_logits(model, masked, task, hook_name, replacement, where=None):
+    """Oracle: overwrite a hook's value (at all positions, or where [n, T] is 1)."""
+    def hook(value, hook):
+        new = replacement.expand_as(value)
+        if where is None:
+            return new
+        w = where.reshape(*where.shape, *([1] * (value.ndim - 2))).to(value.dtype)
+        return value * (1 - w) + new * w
+    return masked.final_logits(task.clean, task.answer_pos, [(hook_name, hook)])
+
+
+def hook_values(model, tokens, name):
+    with torch.no_grad():
+        _, cache = model.bridge.run_with_cache(tokens, names_filter=[name])
+    return cache[name]
+
+
+@pytest.mark.parametrize("name", TINY_MODELS)
+@pytest.mark.parametrize("reference", ["zero", "mean", "corrupted"])
+@pytest.mark.parametrize("positions", ["all", "answer"])
+@pytest.mark.parametrize("kind,hook", [("mlp_out", "mlp.out.hook_out"), ("ov", "attn.o.hook_out"),
+                                       ("mlp_up", "mlp.in.hook_out")])
+def test_zero_masks_of_a_kind_equal_patching_its_output(name, reference, positions, kind, hook):
+    """m = 0 on every direction of one matrix replaces its whole output by the reference output
+    (for OV with the zero reference that includes b_O, which the heads' outputs carry as b_O/H each)."""
+    model, masked, task, valid = setup(name)
+    layer = model.n_layers - 1
+    hook_name = f"blocks.{layer}.{hook}"
+    rule = AblationRule.uniform(reference, positions)
+    if reference == "zero":
+        replacement = torch.zeros(())
+    elif reference == "mean":
+        clean = hook_values(model, task.clean, hook_name)
+        replacement = (clean * valid[..., None]).sum((0, 1)) / valid.sum()
+    else:
+        replacement = hook_values(model, task.corrupted, hook_name)
+    where = None
+    if positions == "answer":
+        where = torch.zeros(valid.shape)
+        where[torch.arange(len(task)), task.answer_pos] = 1
+    expected = patched_logits(model, masked, task, hook_name, replacement, where)
+    refs = masked.references(rule, task.clean, task.corrupted, valid)
+    out = masked.masked_final_logits(masks_with(model, layer, kind), rule, task.clean, task.answer_pos, refs)
+    torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4 * float(expected.abs().max()))
+
+
+@pytest.mark.parametrize("name", TINY_MODELS)
+def test_zero_qk_masks_zero_the_queries(name):
+    """Every QK direction of a layer masked (zero reference): the queries are zero, whatever comes after."""
+    model, masked, task, valid = setup(name)
+    expected = patched_logits(model, masked, task, "blocks.0.attn.hook_q", torch.zeros(()))
+    rule = AblationRule.uniform("zero")
+    out = masked.masked_final_logits(masks_with(model, 0, "qk"), rule, task.clean, task.answer_pos,
+                                     masked.references(rule, task.clean, None, valid))
+    torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4 * float(expected.abs().max()))
+
+
+def test_one_masked_qk_direction_removes_its_term_from_the_bilinear_form():
+    """Hand case: masking direction k of head h changes the pre-rotation score by −σ_k (x̃_i·u_k)(x̃_j·v_k)."""
+    from helpers.augmented import homogeneous, layer_svds
+    from helpers.weights import input_hook, layer_weights
+
+    model, masked, task, _ = setup("tiny-gpt2", n=2)  # GPT-2: no rotation, scores are the bilinear form
+    layer, head, k = 1, 2, 0
+    masks = FixedMasks.ones(model)
+    masks._values[f"{layer}_qk"][head, k] = 0.0
+    rule = AblationRule.uniform("zero")
+    svd = layer_svds(layer_weights(model, layer))["qk"][head]
+    hooks = masked.masked_hooks(masks, rule, masked.references(rule, task.clean, None, None), task.answer_pos,
+                                task.clean.shape[1])
+    with torch.no_grad(), model.bridge.hooks(fwd_hooks=hooks):
+        _, cache = model.bridge.run_with_cache(task.clean)
+    _, clean_cache = model.bridge.run_with_cache(task.clean)
+    x = homogeneous(clean_cache[input_hook(model, layer, "attn")][0].double())  # layer 1 input: unchanged by layer-1 masks
+    term = svd.S[k] * torch.outer(x @ svd.U[:, k], x @ svd.V[:, k]) / model.d_head ** 0.5
+    scores = lambda c: c[f"blocks.{layer}.attn.hook_attn_scores"][0, head].double()  # noqa: E731
+    T = task.answer_pos[0] + 1
+    diff = (scores(clean_cache) - scores(cache))[:T, :T]
+    causal = torch.tril(torch.ones(T, T, dtype=torch.bool))
+    torch.testing.assert_close(diff[causal], term[:T, :T][causal], rtol=1e-4, atol=1e-5)
+
+
+def test_learnable_masks_start_at_init_and_count_every_direction():
+    model = cached_model("tiny-llama", "fold_norm")
+    masks = DirectionMasks(model, init=0.99)
+    shapes = direction_shapes(model)
+    per_layer = sum(int(torch.tensor(s).prod()) for s in shapes.values())
+    assert masks.count() == model.n_layers * per_layer
+    assert abs(float(masks.total()) - 0.99 * masks.count()) < 1e-3 * masks.count()
+
+
+def test_transformer_lens_processing_is_refused_with_the_fix():
+    with pytest.raises(ValueError, match="fold_norm"):
+        MaskedModel(load_model("tiny-gpt2", processing="transformer_lens"))
