@@ -22,13 +22,13 @@ PLACES = ["store", "park", "school", "garden", "station", "hospital", "restauran
           "library", "market", "church", "museum", "airport"]
 OBJECTS = ["drink", "book", "ring", "ball", "bag", "letter", "key", "gift", "flower", "card", "phone", "cake",
            "bottle", "hat", "pen"]
-IOI_TEMPLATES = [  # {IO} and {S} are the names; the answer (IO) follows the prompt
+IOI_TEMPLATES = [  # names always follow a space, so " Name" is the token; the answer (IO) follows the prompt
     "When {A} and {B} went to the {PLACE}, {S} gave a {OBJECT} to",
     "Then, {A} and {B} went to the {PLACE}. {S} gave a {OBJECT} to",
     "After {A} and {B} arrived at the {PLACE}, {S} handed a {OBJECT} to",
     "While {A} and {B} were working at the {PLACE}, {S} gave a {OBJECT} to",
     "Friends {A} and {B} found a {OBJECT} at the {PLACE}. {S} gave it to",
-    "{A} and {B} had a long day at the {PLACE}, so {S} passed a {OBJECT} to",
+    "Today {A} and {B} had a long day at the {PLACE}, so {S} passed a {OBJECT} to",
 ]
 GENDER_TEMPLATES = ["So {NAME} is a really great friend, isn't", "I think {NAME} is a very kind person, isn't"]
 NOUNS_DURATION = ["war", "reign", "dynasty", "expedition", "siege", "conflict", "drought", "project", "strike",
