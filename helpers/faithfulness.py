@@ -114,3 +114,26 @@ def point_at_kl(curve: pd.DataFrame, kl: float = PAPER_KL) -> dict | None:
     """The sparsest evaluated circuit with held-out KL ≤ ``kl`` (None if none reaches it)."""
     ok = curve[curve["kl"] <= kl]
     return None if ok.empty else ok.sort_values("kept").iloc[0].to_dict()
+
+
+def per_head(values_of, n_layers: int) -> torch.Tensor:
+    """[n_layers, n_heads] Σ over a head's QK and OV directions of ``values_of(layer, kind)`` [H, r]."""
+    return torch.stack([values_of(layer, "qk").sum(-1) + values_of(layer, "ov").sum(-1) for layer in range(n_layers)])
+
+
+def kept_per_head(circuit: FixedMasks, n_layers: int) -> torch.Tensor:
+    """[n_layers, n_heads] kept QK + OV directions of each head in a binarised circuit."""
+    return per_head(circuit.values, n_layers)
+
+
+def mask_mass_per_head(masks: DirectionMasks) -> torch.Tensor:
+    """[n_layers, n_heads] Σ m over each head's QK and OV directions (soft masks)."""
+    with torch.no_grad():
+        return per_head(masks.values, masks.n_layers)
+
+
+def kept_mlp_per_layer(circuit: FixedMasks, n_layers: int) -> torch.Tensor:
+    """[n_layers] kept MLP directions (in and out) per layer."""
+    kinds = ("mlp_up", "mlp_gate", "mlp_out")
+    return torch.tensor([sum(float(circuit._values[f"{layer}_{k}"].sum()) for k in kinds
+                             if f"{layer}_{k}" in circuit._values) for layer in range(n_layers)])

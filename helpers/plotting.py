@@ -57,3 +57,54 @@ def plot_spectra(spectra, floors=None):
     sm = plt.cm.ScalarMappable(cmap=cmap, norm=plt.Normalize(0, n_layers - 1))
     fig.colorbar(sm, ax=axes[0].tolist(), label="layer", fraction=0.02)
     return fig
+
+
+def plot_training(history):
+    """KL and the fraction of masks above 0.5 against the optimiser step."""
+    import matplotlib.pyplot as plt
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(8, 2.8))
+    a.plot(history["step"], history["kl"])
+    a.set_yscale("log")
+    a.set(xlabel="step", ylabel="KL(full ‖ masked), training batch")
+    b.plot(history["step"], history["kept_fraction_at_half"])
+    b.set_yscale("log")
+    b.set(xlabel="step", ylabel="fraction of masks > 0.5")
+    return fig
+
+
+def plot_faithfulness(curve, paper_kl: float, metric_label: str):
+    """KL, task metric and accuracy of binarised circuits vs % of directions kept, with random controls."""
+    import matplotlib.pyplot as plt
+
+    x = 100 * curve["kept_fraction"]
+    fig, axes = plt.subplots(1, 3, figsize=(11, 3))
+    axes[0].plot(x, curve["kl"], "o-", label="learned circuit")
+    axes[0].plot(x, curve["random_kl"], "s--", label="random, same count per block")
+    axes[0].axhline(paper_kl, color="grey", ls=":", label=f"paper's KL {paper_kl}")
+    axes[0].set(yscale="log", ylabel="held-out KL")
+    axes[1].plot(x, curve["metric"], "o-", label="learned circuit")
+    axes[1].plot(x, curve["random_metric"], "s--", label="random control")
+    axes[1].axhline(curve["full_metric"].iloc[0], color="black", lw=0.8, label="full model")
+    axes[1].set(ylabel=metric_label)
+    axes[2].plot(x, curve["accuracy"], "o-", label="learned circuit")
+    axes[2].plot(x, curve["random_accuracy"], "s--", label="random control")
+    axes[2].axhline(curve["full_accuracy"].iloc[0], color="black", lw=0.8, label="full model")
+    axes[2].set(ylabel="accuracy", ylim=(0, 1.02))
+    for ax in axes:
+        ax.set(xscale="log", xlabel="% of singular directions kept")
+    axes[0].legend(fontsize=7)
+    return fig
+
+
+def plot_head_heatmap(values, title: str, label: str, marked=None):
+    """A layer × head heatmap; ``marked`` heads [(layer, head), ...] get a box."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    fig, ax = plt.subplots(figsize=(0.45 * values.shape[1] + 2, 0.25 * values.shape[0] + 1.2))
+    sns.heatmap(values, ax=ax, cmap="viridis", cbar_kws={"label": label})
+    for layer, head in marked or []:
+        ax.add_patch(plt.Rectangle((head, layer), 1, 1, fill=False, edgecolor="red", lw=1.5))
+    ax.set(xlabel="head", ylabel="layer", title=title)
+    return fig

@@ -1,0 +1,73 @@
+"""Cost of one mask-training step vs a plain forward+backward of the same model on the same batch.
+
+    python benchmarks/mask_training.py [--model smollm2-135m] [--batch 32] [--repeats 5]
+
+"plain": the model's own forward at all positions (logits everywhere) and a backward of the answer-position
+cross-entropy into all its weights. "mask step": what ``train_masks`` does per step (masked forward through
+hooks, logits at the answer positions only, KL + α Σ m, backward into the mask logits, AdamW step).
+Prints median seconds over ``repeats`` after one warm-up, and the ratio.
+"""
+import argparse
+import statistics
+import time
+
+import torch
+
+from helpers.mask_training import TrainConfig, _select, kl_to_full, prepare
+from helpers.masks import AblationRule, DirectionMasks, MaskedModel
+from helpers.models import load_model
+from helpers.tasks import ioi_task
+
+
+def timed(fn, repeats):
+    fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    torch.set_num_threads(2)
+    model = load_model(args.model)
+    masked = MaskedModel(model)
+    task = ioi_task(model, args.batch, seed=0)
+    rows = torch.arange(args.batch)
+
+    def plain():
+        for p in model.hf_model.parameters():
+            p.requires_grad_(True)
+        logits = model.bridge(task.clean)[rows, task.answer_pos]
+        torch.nn.functional.cross_entropy(logits, task.correct).backward()
+        model.hf_model.zero_grad(set_to_none=True)
+        for p in model.hf_model.parameters():
+            p.requires_grad_(False)
+
+    rule = AblationRule.uniform("corrupted")
+    prepared = prepare(masked, task, rule)
+    masks = DirectionMasks(model)
+    optimiser = torch.optim.AdamW(masks.parameters(), lr=TrainConfig.lr)
+    refs = _select(prepared.references, rows)
+
+    def mask_step():
+        logits = masked.masked_final_logits(masks, rule, task.clean, task.answer_pos, refs)
+        loss = kl_to_full(prepared.log_p_full, logits).mean() + TrainConfig.alpha * masks.total()
+        optimiser.zero_grad(set_to_none=True)
+        loss.backward()
+        optimiser.step()
+
+    plain_s, step_s = timed(plain, args.repeats), timed(mask_step, args.repeats)
+    print(f"model {args.model}, batch {args.batch} IOI prompts x {task.clean.shape[1]} tokens, 2 threads")
+    print(f"plain forward+backward: {plain_s:.3f} s")
+    print(f"mask training step:     {step_s:.3f} s   ratio {step_s / plain_s:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,44 @@
+"""Direct logit attribution of attention heads to a task's answer contrast."""
+from __future__ import annotations
+
+import torch
+
+from helpers.tasks import Task
+from helpers.weights import layer_weights, unembedding
+
+GPT2_IOI_HEADS = {  # Wang et al. 2023, METHODS.md section 1.4: (layer, head) -> class
+    **{h: "name mover" for h in [(9, 6), (9, 9), (10, 0)]},
+    **{h: "backup name mover" for h in [(9, 0), (9, 7), (10, 1), (10, 2), (10, 6), (10, 10), (11, 2), (11, 9)]},
+    **{h: "negative name mover" for h in [(10, 7), (11, 10)]},
+    **{h: "S-inhibition" for h in [(7, 3), (7, 9), (8, 6), (8, 10)]},
+    **{h: "induction" for h in [(5, 5), (5, 8), (5, 9), (6, 9)]},
+    **{h: "duplicate token" for h in [(0, 1), (0, 10), (3, 0)]},
+    **{h: "previous token" for h in [(2, 2), (4, 11)]},
+}
+
+
+def head_logit_attribution(model, task: Task) -> torch.Tensor:
+    """[n_layers, n_heads] mean direct effect of each head's output at the answer position on
+    logit(correct) − logit(wrong), through the final norm frozen at its actual scale (and, for Gemma,
+    the post-attention norm frozen likewise)."""
+    names = lambda layer: [f"blocks.{layer}.attn.hook_z", f"blocks.{layer}.ln1_post.hook_scale"]  # noqa: E731
+    wanted = {n for layer in range(model.n_layers) for n in names(layer)} | {"ln_final.hook_scale"}
+    with torch.no_grad():
+        _, cache = model.bridge.run_with_cache(task.clean, names_filter=lambda n: n in wanted)
+    rows = torch.arange(len(task))
+    u = unembedding(model)
+    contrast = (u.ln_final.gain[:, None] * u.W_U)[:, task.correct] - (u.ln_final.gain[:, None] * u.W_U)[:, task.wrong]
+    final_scale = cache["ln_final.hook_scale"][rows, task.answer_pos]  # [n, 1]
+    out = torch.zeros(model.n_layers, model.n_heads)
+    for layer in range(model.n_layers):
+        w = layer_weights(model, layer)
+        z = cache[f"blocks.{layer}.attn.hook_z"][rows, task.answer_pos]  # [n, H, dh]
+        heads = torch.einsum("nhe,hed->nhd", z, w.W_O) + w.b_O / w.n_heads
+        post = f"blocks.{layer}.ln1_post.hook_scale"
+        if post in cache:  # Gemma: post-attention RMSNorm, frozen at its scale
+            block = model.hf_model.model.layers[layer]
+            heads = heads * (1.0 + block.post_attention_layernorm.weight.detach()) / cache[post][rows, task.answer_pos][:, None]
+        if model.architecture == "gpt2":  # LayerNorm removes the mean before the unembedding
+            heads = heads - heads.mean(-1, keepdim=True)
+        out[layer] = torch.einsum("nhd,dn->nh", heads / final_scale[:, None], contrast).mean(0)
+    return out
