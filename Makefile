@@ -34,3 +34,4 @@ test-fast: $(STAMP)
 
 benchmark: $(STAMP)
 	$(BIN)/python benchmarks/augmented_svd.py
+	$(BIN)/python benchmarks/mask_training.py

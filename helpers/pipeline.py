@@ -89,8 +89,9 @@ def package_versions() -> dict[str, str]:
 
 def run_pipeline(runs_file: str | Path = "notebooks/runs.toml", figures_dir: str | Path = "figures",
                  build_dir: str | Path = "build", fast: bool = False, force: bool = False,
-                 only: list[str] | None = None, kernel: str = "python3", log=print) -> dict:
-    """Execute the runs in order; return (and write) the manifest."""
+                 only: list[str] | None = None, kernel: str = "python3", log=print, stream: bool = False) -> dict:
+    """Execute the runs in order; return (and write) the manifest. ``stream`` echoes each notebook's
+    output (progress bars included) to this process's stdout and stderr."""
     import papermill
 
     runs_file, figures_dir, build_dir = Path(runs_file), Path(figures_dir), Path(build_dir)
@@ -120,7 +121,9 @@ def run_pipeline(runs_file: str | Path = "notebooks/runs.toml", figures_dir: str
         start = time.time()
         try:
             papermill.execute_notebook(str(notebook), str(executed), parameters=params, kernel_name=kernel,
-                                       cwd=str(notebook.parent), progress_bar=False)
+                                       cwd=str(notebook.parent), progress_bar=False,
+                                       stdout_file=sys.stdout if stream else None,
+                                       stderr_file=sys.stderr if stream else None)
         except papermill.PapermillExecutionError as err:
             raise PipelineError(
                 f"run {run.name!r} failed: notebook {run.notebook}, cell {err.cell_index} (execution count "
@@ -160,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--build", default="build")
     args = parser.parse_args(argv)
     try:
-        run_pipeline(args.runs, args.figures, args.build, fast=args.fast, force=args.force, only=args.only)
+        run_pipeline(args.runs, args.figures, args.build, fast=args.fast, force=args.force, only=args.only,
+                     stream=True)
     except PipelineError as err:
         print(f"pipeline stopped: {err}", file=sys.stderr)
         return 1

@@ -48,3 +48,15 @@ def test_pipeline_stops_at_first_failure_naming_notebook_and_cell(tmp_path):
     with pytest.raises(PipelineError, match=r"broken.*01_augmented_matrices.ipynb, cell \d+.*no-such-model"):
         run_pipeline(runs, figures_dir=tmp_path / "figures", build_dir=tmp_path / "build", fast=True, log=print)
     assert not (tmp_path / "figures" / "never").exists()
+
+
+@pytest.mark.slow
+def test_every_declared_run_executes_in_fast_mode_on_its_real_model(tmp_path):
+    """The whole figure sequence (notebooks/runs.toml) on the embedded models, short: what CI can afford."""
+    manifest = run_pipeline(NOTEBOOKS / "runs.toml", figures_dir=tmp_path / "figures", build_dir=tmp_path / "build",
+                            fast=True, log=print)
+    declared = [r.name for r in load_runs(NOTEBOOKS / "runs.toml")]
+    assert [r["name"] for r in manifest["runs"]] == declared
+    for record in manifest["runs"]:
+        assert record["figures"], record["name"]
+        assert record["summary"]["model"] == record["parameters"]["model_name"]
