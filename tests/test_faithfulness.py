@@ -1,0 +1,60 @@
+"""Sparsity counting, random controls and the read-out of the curve."""
+import pandas as pd
+import torch
+
+from helpers.faithfulness import (binarise_top, kept_by_kind, kept_mlp_per_layer, kept_per_head, point_at_kl,
+                                  random_like)
+from helpers.masks import DirectionMasks
+from tests.conftest import cached_model
+
+
+def ranked_masks():
+    model = cached_model("tiny-llama", "fold_norm")
+    masks = DirectionMasks(model)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in masks.logits.values():
+            p.copy_(torch.randn(p.shape, generator=g))
+    return model, masks
+
+
+def test_binarise_top_keeps_exactly_the_largest_masks():
+    model, masks = ranked_masks()
+    all_logits = torch.cat([p.detach().reshape(-1) for p in masks.logits.values()])
+    for n_keep in (1, 7, 100, masks.count()):
+        circuit = binarise_top(masks, n_keep)
+        kept = torch.cat([circuit.values(l, k).reshape(-1) for l in range(model.n_layers) for k in masks.shapes])
+        assert int(kept.sum()) == n_keep
+        threshold = all_logits.sort(descending=True).values[n_keep - 1]
+        order = [f"{l}_{k}" for l in range(model.n_layers) for k in masks.shapes]
+        logits = torch.cat([masks.logits[n].detach().reshape(-1) for n in order])
+        assert bool((logits[kept.bool()] >= threshold).all())
+
+
+def test_counts_by_kind_head_and_layer_add_up():
+    model, masks = ranked_masks()
+    circuit = binarise_top(masks, 50)
+    by_kind = kept_by_kind(circuit)
+    assert sum(by_kind.values()) == 50
+    heads = kept_per_head(circuit, model.n_layers)
+    assert heads.shape == (model.n_layers, model.n_heads)
+    assert int(heads.sum()) == by_kind["qk"] + by_kind["ov"]
+    assert int(kept_mlp_per_layer(circuit, model.n_layers).sum()) == by_kind["mlp_up"] + by_kind["mlp_gate"] + by_kind["mlp_out"]
+
+
+def test_random_control_keeps_the_same_count_in_every_block_elsewhere():
+    _, masks = ranked_masks()
+    circuit = binarise_top(masks, 40)
+    control = random_like(circuit, seed=0)
+    for name, values in circuit._values.items():
+        assert int(control._values[name].sum()) == int(values.sum())
+    overlap = sum(float((control._values[n] * v).sum()) for n, v in circuit._values.items())
+    assert overlap < 40
+    assert torch.equal(torch.cat([v.reshape(-1) for v in random_like(circuit, 0)._values.values()]),
+                       torch.cat([v.reshape(-1) for v in control._values.values()]))
+
+
+def test_point_at_kl_is_the_sparsest_circuit_under_the_threshold():
+    curve = pd.DataFrame({"kept": [10, 100, 1000], "kl": [0.9, 0.2, 0.01]})
+    assert point_at_kl(curve, 0.21)["kept"] == 100
+    assert point_at_kl(curve, 0.001) is None

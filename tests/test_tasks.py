@@ -1,0 +1,108 @@
+"""Task generators: seeded, aligned corruptions, single-token answers, honest filtering, correct metrics."""
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from helpers.models import gpt2_tokenizer
+from helpers.tasks import (GREATER_THAN_TEMPLATE, answer_logits, gender_task, greater_than_task, ioi_task, logit_diff,
+                           make_task, probability_difference, single_token_words, year_probabilities)
+
+TOKENIZER = SimpleNamespace(tokenizer=gpt2_tokenizer())
+
+
+@pytest.mark.parametrize("make", [ioi_task, gender_task, greater_than_task])
+def test_generators_are_seeded_and_corruptions_align(make):
+    a, b, c = make(TOKENIZER, 20, seed=0), make(TOKENIZER, 20, seed=0), make(TOKENIZER, 20, seed=1)
+    assert a.prompts == b.prompts and a.prompts != c.prompts
+    assert a.clean.shape == a.corrupted.shape
+    rows = torch.arange(len(a))
+    bos = TOKENIZER.tokenizer.bos_token_id
+    assert bool((a.clean[:, 0] == bos).all())
+    # the answer position is each prompt's last real token, and the corrupted prompt ends there too
+    for i, prompt in enumerate(a.prompts):
+        ids = TOKENIZER.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        assert a.clean[i, 1: len(ids) + 1].tolist() == ids and int(a.answer_pos[i]) == len(ids)
+    assert bool((a.clean[rows, a.answer_pos] != -1).all())
+
+
+def test_ioi_prompts_name_io_once_and_s_twice_and_corruption_uses_fresh_names():
+    task = ioi_task(TOKENIZER, 40, seed=2)
+    decode = TOKENIZER.tokenizer.decode
+    for i, prompt in enumerate(task.prompts):
+        io, s = decode([int(task.correct[i])]).strip(), decode([int(task.wrong[i])]).strip()
+        words = prompt.replace(",", " ").replace(".", " ").split()
+        assert words.count(io) == 1 and words.count(s) == 2, prompt
+        corrupted = decode(task.corrupted[i, 1: int(task.answer_pos[i]) + 1].tolist())
+        assert io not in corrupted.split() and s not in corrupted.split()
+    abba = sum(p.index(decode([int(c)]).strip()) < p.index(decode([int(w)]).strip())
+               for p, c, w in zip(task.prompts, task.correct, task.wrong))
+    assert abba == 20  # half ABBA, half BABA
+
+
+def test_gender_answers_match_the_names_gender_and_corruption_flips_it():
+    task = gender_task(TOKENIZER, 10, seed=0)
+    he = TOKENIZER.tokenizer(" he")["input_ids"][0]
+    assert task.correct.tolist() == [he if i % 2 == 0 else task.correct[1].item() for i in range(10)]
+    assert bool((task.correct != task.wrong).all())
+
+
+def test_words_that_are_not_one_token_are_dropped_and_counted():
+    kept, dropped = single_token_words(TOKENIZER.tokenizer, ["John", "Xylophonius", "Mary"])
+    assert kept == ["John", "Mary"] and dropped == ["Xylophonius"]
+
+
+def test_probability_difference_on_a_hand_made_distribution():
+    task = SimpleNamespace(correct=torch.tensor([50]))
+    probs = torch.zeros(1, 100, dtype=torch.float64)
+    probs[0, 60], probs[0, 50], probs[0, 10] = 0.5, 0.3, 0.2  # 0.5 above 50, 0.5 at or below
+    assert float(probability_difference(probs, task)) == pytest.approx(0.0)
+    probs[0, 50], probs[0, 99] = 0.0, 0.3
+    assert float(probability_difference(probs, task)) == pytest.approx(0.6)
+
+
+@pytest.mark.slow
+def test_two_step_year_probabilities_for_digit_tokenizers_sum_to_one_over_years():
+    """A digit-level fake model: p(d1) and p(d2 | d1) known, so p(year) = p(d1) p(d2 | d1)."""
+    from transformers import AutoTokenizer
+
+    digit_tok = SimpleNamespace(tokenizer=AutoTokenizer.from_pretrained(str(_smollm2_tokenizer_dir())))
+    task = greater_than_task(digit_tok, 3, seed=0)
+    assert len(task.digit_tokens) == 10
+    vocab = len(digit_tok.tokenizer)
+    first = torch.softmax(torch.arange(10, dtype=torch.float64), 0)
+
+    def run(tokens):
+        logits = torch.full((tokens.shape[0], tokens.shape[1], vocab), -1e9)
+        logits[:, :, task.digit_tokens] = first.log().float()  # the same p(digit) at every step
+        return logits
+
+    probs = year_probabilities(run, task)
+    assert float(probs.sum(-1).min()) == pytest.approx(1.0, abs=1e-5)
+    assert float(probs[0, 99]) == pytest.approx(float(first[9] ** 2), rel=1e-4)
+
+
+def _smollm2_tokenizer_dir():
+    from helpers.models import MODELS, converted_gguf_folder
+
+    return converted_gguf_folder(MODELS["smollm2-135m"])
+
+
+def test_greater_than_uses_the_papers_template():
+    task = greater_than_task(TOKENIZER, 5, seed=0)
+    assert all(p.startswith("The ") and " lasted from the year " in p for p in task.prompts)
+    assert GREATER_THAN_TEMPLATE.endswith("to the year {XX}")
+
+
+def test_unknown_task_is_refused():
+    with pytest.raises(ValueError, match="ioi"):
+        make_task("sentiment", TOKENIZER, 4)
+
+
+def test_metrics_read_the_answer_position():
+    task = ioi_task(TOKENIZER, 4, seed=0)
+    logits = torch.zeros(4, task.clean.shape[1], 50257)
+    rows = torch.arange(4)
+    logits[rows, task.answer_pos, task.correct] = 3.0
+    logits[rows, task.answer_pos, task.wrong] = 1.0
+    assert logit_diff(answer_logits(logits, task), task).tolist() == [2.0] * 4
