@@ -102,7 +102,7 @@ def train_masks(masked: MaskedModel, task: Task, rule: AblationRule, config: Tra
         if step % config.log_every == 0 or step == config.steps - 1:
             with torch.no_grad():
                 kept = sum(int((torch.sigmoid(p) > 0.5).sum()) for p in masks.logits.values())
-            history.append(dict(step=step, kl=float(kl), mask_sum=float(total), loss=float(loss),
+            history.append(dict(step=step, kl=kl.item(), mask_sum=total.item(), loss=loss.item(),
                                 kept_at_half=kept, kept_fraction_at_half=kept / masks.count()))
     torch.save({"state": masks.state_dict(), "history": history,
                 "record": dict(model=model.record(), task=task.name, rule=rule.record(), config=asdict(config))},
