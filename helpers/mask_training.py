@@ -19,6 +19,10 @@ from helpers.masks import AblationRule, DirectionMasks, MaskedModel
 from helpers.tasks import Task
 
 
+MASK_FORMAT = 1
+"""Bumped whenever what a saved mask means changes (its hooks, rule or parametrisation): part of the cache key."""
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     steps: int = 800
@@ -64,7 +68,8 @@ def kl_to_full(log_p_full: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
 
 
 def training_key(model, task: Task, rule: AblationRule, config: TrainConfig) -> str:
-    record = dict(model=model.record(), task=task.name, prompts=task.prompts, rule=rule.record(), config=asdict(config))
+    record = dict(format=MASK_FORMAT, model=model.record(), task=task.name, prompts=task.prompts, rule=rule.record(),
+                  config=asdict(config))
     return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()[:16]
 
 

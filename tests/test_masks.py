@@ -131,3 +131,20 @@ def test_learnable_masks_start_at_init_and_count_every_direction():
 def test_transformer_lens_processing_is_refused_with_the_fix():
     with pytest.raises(ValueError, match="fold_norm"):
         MaskedModel(load_model("tiny-gpt2", processing="transformer_lens"))
+
+
+def test_trained_masks_are_saved_and_a_rerun_with_the_same_configuration_loads_them(tmp_path, monkeypatch):
+    from helpers.mask_training import TrainConfig, train_masks
+
+    monkeypatch.setenv("SVDIRS_CACHE", str(tmp_path))
+    model, masked, task, _ = setup("tiny-llama", n=8)
+    rule = AblationRule.uniform("corrupted")
+    config = TrainConfig(steps=3, batch=4, log_every=1)
+    first, history = train_masks(masked, task, rule, config, progress=False)
+    assert len(list((tmp_path / "masks").glob("*.pt"))) == 1 and len(history) == 3
+    again, history_again = train_masks(masked, task, rule, config, progress=False)
+    for name in first.logits:
+        assert torch.equal(first.logits[name], again.logits[name])
+    assert history_again.equals(history)
+    train_masks(masked, task, rule, TrainConfig(steps=3, batch=4, log_every=1, seed=1), progress=False)
+    assert len(list((tmp_path / "masks").glob("*.pt"))) == 2  # another configuration, another file
