@@ -35,7 +35,7 @@ def random_like(circuit: FixedMasks, seed: int) -> FixedMasks:
     """The same number of kept directions in every (layer, kind) block, placed at random."""
     generator = torch.Generator().manual_seed(seed)
     values = {}
-    for name, v in circuit._values.items():
+    for name, v in circuit.blocks.items():
         flat = torch.zeros(v.numel())
         flat[torch.randperm(v.numel(), generator=generator)[: int(v.sum())]] = 1.0
         values[name] = flat.reshape(v.shape)
@@ -44,7 +44,7 @@ def random_like(circuit: FixedMasks, seed: int) -> FixedMasks:
 
 def kept_by_kind(circuit: FixedMasks) -> dict[str, int]:
     out: dict[str, int] = {}
-    for name, v in circuit._values.items():
+    for name, v in circuit.blocks.items():
         kind = name.split("_", 1)[1]
         out[kind] = out.get(kind, 0) + int(v.sum())
     return out
@@ -135,5 +135,5 @@ def mask_mass_per_head(masks: DirectionMasks) -> torch.Tensor:
 def kept_mlp_per_layer(circuit: FixedMasks, n_layers: int) -> torch.Tensor:
     """[n_layers] kept MLP directions (in and out) per layer."""
     kinds = ("mlp_up", "mlp_gate", "mlp_out")
-    return torch.tensor([sum(float(circuit._values[f"{layer}_{k}"].sum()) for k in kinds
-                             if f"{layer}_{k}" in circuit._values) for layer in range(n_layers)])
+    return torch.tensor([sum(float(circuit.blocks[f"{layer}_{k}"].sum()) for k in kinds
+                             if f"{layer}_{k}" in circuit.blocks) for layer in range(n_layers)])

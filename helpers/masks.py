@@ -128,16 +128,17 @@ class DirectionMasks(torch.nn.Module):
 
 
 class FixedMasks:
-    """Masks given as tensors (binarised, random, all ones): same interface as ``DirectionMasks``."""
+    """Masks given as tensors (binarised, random, all ones): same interface as ``DirectionMasks``.
+    ``blocks`` maps "<layer>_<kind>" to that block's mask values."""
 
     def __init__(self, values: dict[str, torch.Tensor]):
-        self._values = values
+        self.blocks = values
 
     def values(self, layer: int, kind: str) -> torch.Tensor:
-        return self._values[f"{layer}_{kind}"]
+        return self.blocks[f"{layer}_{kind}"]
 
     def count(self) -> int:
-        return sum(v.numel() for v in self._values.values())
+        return sum(v.numel() for v in self.blocks.values())
 
     @classmethod
     def ones(cls, model) -> "FixedMasks":

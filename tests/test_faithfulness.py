@@ -46,12 +46,12 @@ def test_random_control_keeps_the_same_count_in_every_block_elsewhere():
     _, masks = ranked_masks()
     circuit = binarise_top(masks, 40)
     control = random_like(circuit, seed=0)
-    for name, values in circuit._values.items():
-        assert int(control._values[name].sum()) == int(values.sum())
-    overlap = sum(float((control._values[n] * v).sum()) for n, v in circuit._values.items())
+    for name, values in circuit.blocks.items():
+        assert int(control.blocks[name].sum()) == int(values.sum())
+    overlap = sum(float((control.blocks[n] * v).sum()) for n, v in circuit.blocks.items())
     assert overlap < 40
-    assert torch.equal(torch.cat([v.reshape(-1) for v in random_like(circuit, 0)._values.values()]),
-                       torch.cat([v.reshape(-1) for v in control._values.values()]))
+    assert torch.equal(torch.cat([v.reshape(-1) for v in random_like(circuit, 0).blocks.values()]),
+                       torch.cat([v.reshape(-1) for v in control.blocks.values()]))
 
 
 def test_point_at_kl_is_the_sparsest_circuit_under_the_threshold():

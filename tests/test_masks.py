@@ -22,7 +22,7 @@ def setup(name, n=6):
 def masks_with(model, layer, kind, value=0.0):
     """All ones except every direction of one kind in one layer."""
     masks = FixedMasks.ones(model)
-    masks._values[f"{layer}_{kind}"] = torch.full(direction_shapes(model)[kind], value)
+    masks.blocks[f"{layer}_{kind}"] = torch.full(direction_shapes(model)[kind], value)
     return masks
 
 
@@ -102,7 +102,7 @@ def test_one_masked_qk_direction_removes_its_term_from_the_bilinear_form():
     model, masked, task, _ = setup("tiny-gpt2", n=2)  # GPT-2: no rotation, scores are the bilinear form
     layer, head, k = 1, 2, 0
     masks = FixedMasks.ones(model)
-    masks._values[f"{layer}_qk"][head, k] = 0.0
+    masks.blocks[f"{layer}_qk"][head, k] = 0.0
     rule = AblationRule.uniform("zero")
     svd = layer_svds(layer_weights(model, layer))["qk"][head]
     hooks = masked.masked_hooks(masks, rule, masked.references(rule, task.clean, None, None), task.answer_pos,
