@@ -36,8 +36,7 @@ def head_logit_attribution(model, task: Task) -> torch.Tensor:
         heads = torch.einsum("nhe,hed->nhd", z, w.W_O) + w.b_O / w.n_heads
         post = f"blocks.{layer}.ln1_post.hook_scale"
         if post in cache:  # Gemma: post-attention RMSNorm, frozen at its scale
-            block = model.hf_model.model.layers[layer]
-            heads = heads * (1.0 + block.post_attention_layernorm.weight.detach()) / cache[post][rows, task.answer_pos][:, None]
+            heads = heads * (1.0 + model.block(layer).post_attention_layernorm.weight.detach()) / cache[post][rows, task.answer_pos][:, None]
         if model.architecture == "gpt2":  # LayerNorm removes the mean before the unembedding
             heads = heads - heads.mean(-1, keepdim=True)
         out[layer] = torch.einsum("nhd,dn->nh", heads / final_scale[:, None], contrast).mean(0)

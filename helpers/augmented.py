@@ -63,8 +63,13 @@ def _canonical(U: torch.Tensor, S: torch.Tensor, V: torch.Tensor) -> SVD:
     degenerate = torch.zeros(S.shape, dtype=torch.bool)
     degenerate[..., :-1] |= close
     degenerate[..., 1:] |= close
-    degenerate |= S <= NULL_RTOL * S[..., :1]
+    degenerate |= numerically_zero(S)
     return SVD(U * sign, S, V * sign, degenerate)
+
+
+def numerically_zero(S: torch.Tensor) -> torch.Tensor:
+    """σ_k ≤ NULL_RTOL σ_1 (along the last dimension)."""
+    return S <= NULL_RTOL * S[..., :1]
 
 
 def homogeneous(x: torch.Tensor) -> torch.Tensor:
@@ -165,7 +170,7 @@ def spectra_frame(svds: list[dict[str, SVD]], layers=None):
         for kind, svd in per_kind.items():
             S = svd.S.reshape(-1, svd.S.shape[-1])
             D = svd.degenerate.reshape(S.shape)
-            N = S <= NULL_RTOL * S[:, :1]
+            N = numerically_zero(S)
             for head in range(S.shape[0]):
                 for index, row in enumerate(zip(S[head].tolist(), D[head].tolist(), N[head].tolist())):
                     rows.append((layer, kind, head if svd.S.ndim > 1 else -1, index, *row))

@@ -72,9 +72,8 @@ class CircuitEvaluator:
     def __init__(self, masked: MaskedModel, task: Task, rule: AblationRule):
         self.masked, self.task, self.rule = masked, task, rule
         self.prepared = prepare(masked, task, rule)
-        with torch.no_grad():
-            full = masked.final_logits(task.clean, task.answer_pos)
-        self.full_metric, self.full_correct = task_metric(task, full)
+        # log-softmax shifts each row by a constant: logit differences and probabilities are unchanged
+        self.full_metric, self.full_correct = task_metric(task, self.prepared.log_p_full)
 
     def evaluate(self, circuit) -> dict:
         with torch.no_grad():

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import torch
 
-from helpers.augmented import homogeneous, layer_svds, mlp_in_matrices, mlp_out_matrix, ov_matrix, qk_matrix
+from helpers.augmented import (homogeneous, mlp_in_matrices, mlp_out_matrix, ov_matrix, qk_factors, qk_matrix,
+                               svd_of_product)
 from helpers.weights import input_hook, layer_weights
 
 
@@ -34,8 +35,7 @@ def identity_errors(model, cache, layer: int, batch: int = 0) -> dict[str, float
     q, k = hook("attn.hook_q"), hook("attn.hook_k")[:, w.kv_head]
     dots = torch.einsum("ihe,jhe->hij", q, k)
     errors = {"qk": relative_error(torch.einsum("id,hde,je->hij", x, qk_matrix(w), x), dots)}
-    svds = layer_svds(w)
-    qk = svds["qk"]
+    qk = svd_of_product(*qk_factors(w))
     errors["qk_svd"] = relative_error(torch.einsum("id,hdr,hr,je,her->hij", x, qk.U, qk.S, x, qk.V), dots)
     pattern = hook("attn.hook_pattern")  # [head, query, key]
     c = torch.einsum("hqk,kd->hqd", pattern, x[:, 1:])

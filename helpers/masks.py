@@ -159,7 +159,6 @@ class MaskedModel:
                              "are not the model's own (value biases moved into b_O)")
         self.model = model
         self.bases = [layer_bases(model, layer) for layer in range(model.n_layers)]
-        self._base = model.hf_model.transformer if model.architecture == "gpt2" else model.hf_model.model
         self.softcap = getattr(model.config, "final_logit_softcapping", None)
 
     # --- plain runs ---------------------------------------------------------------------------------------
@@ -167,7 +166,7 @@ class MaskedModel:
     def final_logits(self, tokens: torch.Tensor, answer_pos: torch.Tensor, fwd_hooks=()) -> torch.Tensor:
         """[n, vocab] logits at the answer positions only (no unembedding of the other positions)."""
         with self.model.bridge.hooks(fwd_hooks=list(fwd_hooks)):
-            hidden = self._base(input_ids=tokens).last_hidden_state
+            hidden = self.model.body(input_ids=tokens).last_hidden_state
         picked = hidden[torch.arange(tokens.shape[0]), answer_pos]
         logits = self.model.hf_model.lm_head(picked)
         return self.softcap * torch.tanh(logits / self.softcap) if self.softcap else logits
@@ -182,7 +181,7 @@ class MaskedModel:
                     continue
                 hooks.append((f"blocks.{layer}.{name}", self._recorder(store, layer, kind)))
         with torch.no_grad(), self.model.bridge.hooks(fwd_hooks=hooks):
-            self._base(input_ids=tokens)
+            self.model.body(input_ids=tokens)
         return store
 
     def _recorder(self, store, layer, kind):

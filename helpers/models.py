@@ -137,6 +137,15 @@ class LoadedModel:
     def d_mlp(self) -> int:
         return getattr(self.config, "intermediate_size", None) or getattr(self.config, "n_inner", None) or 4 * self.d_model
 
+    @property
+    def body(self) -> torch.nn.Module:
+        """The HF transformer without its LM head (calling it still fires the bridge's hooks)."""
+        return self.hf_model.transformer if self.architecture == "gpt2" else self.hf_model.model
+
+    def block(self, layer: int) -> torch.nn.Module:
+        """The HF module of one transformer layer."""
+        return (self.body.h if self.architecture == "gpt2" else self.body.layers)[layer]
+
     def to_tokens(self, texts: list[str] | str, prepend_bos: bool = True) -> torch.Tensor:
         """Token ids [batch, pos], BOS first; texts of one batch must tokenise to the same length."""
         texts = [texts] if isinstance(texts, str) else list(texts)

@@ -53,7 +53,7 @@ def _refit(diffs: torch.Tensor, step: torch.Tensor) -> torch.Tensor:
 
 
 def _quantized_parameters(model, layer: int) -> dict[str, torch.nn.Parameter]:
-    block = (model.hf_model.transformer.h if model.architecture == "gpt2" else model.hf_model.model.layers)[layer]
+    block = model.block(layer)
     # The bridge wraps each HF module; its parameter names carry "_original_component." segments.
     return {name.replace("_original_component.", ""): p for name, p in block.named_parameters()
             if p.ndim == 2 and p.shape[-1] % GROUP == 0}
@@ -98,8 +98,9 @@ def noise_floor(model, layer: int, seed: int = 0) -> dict[str, torch.Tensor]:
         (A, B), (A2, B2) = factors(clean), factors(noisy)
         difference = svd_of_product(torch.cat([A2, A], -1), torch.cat([B2, -B], -1))  # A2 B2ᵀ − A Bᵀ
         out[kind] = difference.S[..., 0]
+    noisy_in = mlp_in_matrices(noisy)
     for name, matrix in mlp_in_matrices(clean).items():
-        out[f"mlp_{name}"] = torch.linalg.matrix_norm(mlp_in_matrices(noisy)[name].double() - matrix.double(), ord=2)
+        out[f"mlp_{name}"] = torch.linalg.matrix_norm(noisy_in[name].double() - matrix.double(), ord=2)
     out["mlp_out"] = torch.linalg.matrix_norm(mlp_out_matrix(noisy).double() - mlp_out_matrix(clean).double(), ord=2)
     return out
 

@@ -142,7 +142,7 @@ def raw_layer_weights(model, layer: int) -> LayerWeights:
     H, G, dh, d = model.n_heads, model.n_kv_heads, model.d_head, model.d_model
     kv_head = torch.arange(H) // (H // G)
     if model.architecture == "gpt2":
-        block = model.hf_model.transformer.h[layer]
+        block = model.block(layer)
         W_qkv, b_qkv = _copy(block.attn.c_attn.weight), _copy(block.attn.c_attn.bias)
         W_q, W_k, W_v = (w.reshape(d, H, dh).transpose(0, 1) for w in W_qkv.split(d, dim=1))
         b_q, b_k, b_v = (b.reshape(H, dh) for b in b_qkv.split(d))
@@ -153,7 +153,7 @@ def raw_layer_weights(model, layer: int) -> LayerWeights:
             W_gate=None, b_gate=None,
             W_out=_copy(block.mlp.c_proj.weight), b_out=_copy(block.mlp.c_proj.bias),
             ln_attn=_norm(model, block.ln_1), ln_mlp=_norm(model, block.ln_2), kv_head=kv_head)
-    block = model.hf_model.model.layers[layer]
+    block = model.block(layer)
     attn, mlp = block.self_attn, block.mlp
 
     def heads(linear, n):  # nn.Linear [n*dh, d] -> W [n, d, dh], b [n, dh]
@@ -180,7 +180,7 @@ def raw_layer_weights(model, layer: int) -> LayerWeights:
 
 def _raw_unembedding(model) -> Unembedding:
     hf = model.hf_model
-    final = hf.transformer.ln_f if model.architecture == "gpt2" else hf.model.norm
+    final = model.body.ln_f if model.architecture == "gpt2" else model.body.norm
     W_U = _copy(hf.lm_head.weight).T
     b_U = _copy(hf.lm_head.bias) if hf.lm_head.bias is not None else torch.zeros(W_U.shape[1])
     return Unembedding(W_U, b_U, _norm(model, final))
