@@ -171,13 +171,13 @@ class MaskedModel:
         logits = self.model.hf_model.lm_head(picked)
         return self.softcap * torch.tanh(logits / self.softcap) if self.softcap else logits
 
-    def coefficients(self, tokens: torch.Tensor) -> list[dict[str, torch.Tensor]]:
-        """Per layer, the coefficients a of every kind at every position ([n, T, (H,) r]), unmasked."""
+    def coefficients(self, tokens: torch.Tensor, kinds=KINDS) -> list[dict[str, torch.Tensor]]:
+        """Per layer, the coefficients a of each of ``kinds`` at every position ([n, T, (H,) r]), unmasked."""
         store = [dict() for _ in self.bases]
         hooks = []
         for layer in range(len(self.bases)):
             for kind, name in COEFFICIENT_HOOKS.items():
-                if kind.startswith("mlp") and kind not in self.bases[layer].mlp:
+                if kind not in kinds or (kind.startswith("mlp") and kind not in self.bases[layer].mlp):
                     continue
                 hooks.append((f"blocks.{layer}.{name}", self._recorder(store, layer, kind)))
         with torch.no_grad(), self.model.bridge.hooks(fwd_hooks=hooks):

@@ -231,3 +231,23 @@ def probability_difference(year_probs: torch.Tensor, task: Task) -> torch.Tensor
     years = torch.arange(100)
     above = years[None, :] > task.correct[:, None]
     return (year_probs * above).sum(-1) - (year_probs * ~above).sum(-1)
+
+
+IOI_ROLES = ("BOS", "IO", "S1", "S2", "end")
+
+
+def ioi_positions(task: Task) -> dict[str, torch.Tensor]:
+    """[n] token position of each IOI role: BOS (0), IO (its one mention), S1 and S2 (the subject's two
+    mentions), end (the answer position). Names are single tokens, so each is found by its id."""
+    if task.name != "ioi":
+        raise ValueError(f"ioi_positions needs the IOI task, not {task.name!r}")
+    out = {role: torch.zeros(len(task), dtype=torch.long) for role in IOI_ROLES}
+    for n in range(len(task)):
+        row = task.clean[n, : int(task.answer_pos[n]) + 1]
+        io = (row == task.correct[n]).nonzero().flatten()
+        s = (row == task.wrong[n]).nonzero().flatten()
+        if len(io) != 1 or len(s) != 2:
+            raise ValueError(f"IOI prompt {n} ({task.prompts[n]!r}) names IO {len(io)}× and S {len(s)}×; expected 1 and 2")
+        out["IO"][n], out["S1"][n], out["S2"][n] = io[0], s[0], s[1]
+        out["end"][n] = task.answer_pos[n]
+    return out

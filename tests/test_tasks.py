@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from helpers.models import gpt2_tokenizer
-from helpers.tasks import (GREATER_THAN_TEMPLATE, answer_logits, gender_task, greater_than_task, ioi_task, logit_diff,
+from helpers.tasks import (GREATER_THAN_TEMPLATE, answer_logits, gender_task, greater_than_task, ioi_positions, ioi_task,
+                           logit_diff,
                            make_task, probability_difference, single_token_words, year_probabilities)
 
 TOKENIZER = SimpleNamespace(tokenizer=gpt2_tokenizer())
@@ -106,3 +107,18 @@ def test_metrics_read_the_answer_position():
     logits[rows, task.answer_pos, task.correct] = 3.0
     logits[rows, task.answer_pos, task.wrong] = 1.0
     assert logit_diff(answer_logits(logits, task), task).tolist() == [2.0] * 4
+
+
+def test_ioi_positions_point_at_each_role():
+    task = ioi_task(TOKENIZER, 30, seed=3)
+    roles = ioi_positions(task)
+    rows = torch.arange(len(task))
+    assert torch.equal(task.clean[rows, roles["IO"]], task.correct)
+    assert torch.equal(task.clean[rows, roles["S1"]], task.wrong) and torch.equal(task.clean[rows, roles["S2"]], task.wrong)
+    assert bool((roles["S1"] < roles["S2"]).all()) and bool((roles["S2"] < roles["end"]).all())
+    assert torch.equal(roles["end"], task.answer_pos) and bool((roles["BOS"] == 0).all())
+
+
+def test_ioi_positions_refuse_other_tasks():
+    with pytest.raises(ValueError, match="needs the IOI task"):
+        ioi_positions(gender_task(TOKENIZER, 4))

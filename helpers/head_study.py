@@ -1,0 +1,175 @@
+"""Reading one attention head through its singular directions on a task (METHODS.md section 1.5).
+
+For OV direction k of head h the coefficient at the answer position i is
+a_k = σ_k (c̃·u_k) with c̃ = [1, Σ_j A_ij x_j], so it splits exactly into one term per source position,
+A_ij σ_k (x_j·u_k[1:]), plus a constant σ_k u_k[0] (value and output biases). For QK direction k the
+(pre-rotation, unscaled) score of key j is σ_k (x̃_i·u_k)(x̃_j·v_k). Grouping those terms by the IOI roles
+(BOS, IO, S1, S2, end) says which positions drive a direction; ablating directions one at a time, against
+directions of other heads with matched singular values, says which matter.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import torch
+
+from helpers.augmented import homogeneous, numerically_zero, ov_factors, qk_factors, svd_of_product
+from helpers.faithfulness import CircuitEvaluator
+from helpers.masks import FixedMasks
+from helpers.weights import input_hook, layer_weights
+
+
+def attention_spectra(model) -> dict[str, torch.Tensor]:
+    """{"qk": [L, H, d_head], "ov": [L, H, r]} singular values of every head's augmented QK and OV matrices."""
+    out = {"qk": [], "ov": []}
+    for layer in range(model.n_layers):
+        w = layer_weights(model, layer)
+        out["qk"].append(svd_of_product(*qk_factors(w)).S)
+        out["ov"].append(svd_of_product(*ov_factors(w)).S)
+    return {kind: torch.stack(values) for kind, values in out.items()}
+
+
+def choose_case_study_head(attribution: torch.Tensor, mass: torch.Tensor, n_candidates: int = 5) -> tuple[tuple[int, int], pd.DataFrame]:
+    """The stated criterion of METHODS.md section 1.5: among the ``n_candidates`` heads with the largest
+    positive direct logit attribution to IO − S (heads that move the IO name to the logits), the one with
+    the highest mask mass. Returns ((layer, head), the candidate table)."""
+    attribution, mass = torch.as_tensor(attribution), torch.as_tensor(mass)
+    n_heads = attribution.shape[1]
+    order = attribution.reshape(-1).argsort(descending=True)[:n_candidates]
+    rows = [dict(layer=int(i) // n_heads, head=int(i) % n_heads, attribution=float(attribution.reshape(-1)[i]),
+                 mask_mass=float(mass.reshape(-1)[i])) for i in order if attribution.reshape(-1)[i] > 0]
+    if not rows:
+        raise ValueError("no head has a positive direct logit attribution to IO − S: no name-mover candidate")
+    table = pd.DataFrame(rows).sort_values("mask_mass", ascending=False, ignore_index=True)
+    return (int(table["layer"][0]), int(table["head"][0])), table
+
+
+class HeadReading:
+    """What drives each singular direction of one head at the answer position of every prompt."""
+
+    def __init__(self, model, tokens: torch.Tensor, answer_pos: torch.Tensor, layer: int, head: int):
+        w = layer_weights(model, layer)
+        self.layer, self.head = layer, head
+        ov = svd_of_product(*ov_factors(w))[head]
+        qk = svd_of_product(*qk_factors(w))[head]
+        self.ov_S, self.qk_S = ov.S, qk.S
+        self.ov_V = ov.V  # [d, r] write directions
+        self.ov_null = numerically_zero(ov.S)
+        names = [input_hook(model, layer, "attn"), f"blocks.{layer}.attn.hook_pattern"]
+        with torch.no_grad():
+            _, cache = model.bridge.run_with_cache(tokens, names_filter=names)
+        rows = torch.arange(tokens.shape[0])
+        x = cache[names[0]].double()  # [n, T, d]
+        weights = cache[names[1]][rows, head, answer_pos].double()  # [n, T] attention of the answer position
+        self.ov_bias = ov.S * ov.U[0]  # [r]
+        self.ov_sources = weights[..., None] * (x @ ov.U[1:]) * ov.S  # [n, T, r]
+        x_h = homogeneous(x)
+        query = x_h[rows, answer_pos] @ qk.U  # [n, r]
+        self.qk_keys = qk.S * query[:, None, :] * (x_h @ qk.V)  # [n, T, r]
+        self.valid = torch.arange(tokens.shape[1])[None] <= answer_pos[:, None]
+        self.tokens = tokens
+
+    @property
+    def ov_coefficients(self) -> torch.Tensor:
+        """[n, r] a_k at the answer position (sources + bias)."""
+        return self.ov_sources.sum(1) + self.ov_bias
+
+
+def by_role(values: torch.Tensor, positions: dict[str, torch.Tensor], valid: torch.Tensor, other: str = "sum") -> pd.DataFrame:
+    """Mean over prompts of ``values`` [n, T, r] at each role's position, one row per direction; the
+    remaining valid positions as "other", summed (additive terms) or averaged (scores)."""
+    rows = torch.arange(values.shape[0])
+    columns, rest = {}, valid.clone().double()
+    for role, pos in positions.items():
+        columns[role] = values[rows, pos].mean(0)
+        rest[rows, pos] = 0.0
+    weighted = (values * rest[..., None]).sum(1)
+    if other == "mean":
+        weighted = weighted / rest.sum(1, keepdim=True).clamp_min(1)
+    columns["other"] = weighted.mean(0)
+    frame = pd.DataFrame({k: v.numpy() for k, v in columns.items()})
+    frame.index.name = "direction"
+    return frame
+
+
+def top_source_tokens(tokenizer, reading: HeadReading, direction: int, k: int = 5) -> list[str]:
+    """The tokens whose positions contribute most (summed over prompts, by |·|) to an OV direction's coefficient."""
+    contributions = reading.ov_sources[..., direction] * reading.valid
+    totals: dict[int, float] = {}
+    for token, value in zip(reading.tokens.reshape(-1).tolist(), contributions.reshape(-1).tolist()):
+        totals[token] = totals.get(token, 0.0) + value
+    best = sorted(totals, key=lambda t: -abs(totals[t]))[:k]
+    return [f"{tokenizer.decode([t])!r}:{totals[t] / reading.tokens.shape[0]:+.2f}" for t in best]
+
+
+def _matched_controls(spectra: torch.Tensor, layer: int, head: int, direction: int, n: int, pool: int,
+                      generator: torch.Generator) -> list[tuple[int, int, int]]:
+    """``n`` directions of other heads, drawn at random among the ``pool`` whose singular values are closest
+    (in log) to that of (layer, head, direction); numerically null directions excluded."""
+    S = spectra.double()
+    target = torch.log(S[layer, head, direction])
+    distance = (torch.log(S.clamp_min(1e-300)) - target).abs()
+    distance[layer, head] = float("inf")
+    distance[S <= S.amax((-1,), keepdim=True) * 1e-9] = float("inf")
+    flat = distance.reshape(-1)
+    nearest = flat.argsort()[:pool]
+    nearest = nearest[torch.isfinite(flat[nearest])]
+    picked = nearest[torch.randperm(len(nearest), generator=generator)[:n]]
+    L, H, R = S.shape
+    return [(int(i) // (H * R), (int(i) // R) % H, int(i) % R) for i in picked]
+
+
+def _without(model_masks: FixedMasks, kind: str, entries) -> FixedMasks:
+    blocks = {name: value.clone() for name, value in model_masks.blocks.items()}
+    for layer, head, direction in entries:
+        blocks[f"{layer}_{kind}"][head, direction] = 0.0
+    return FixedMasks(blocks)
+
+
+def ablation_effects(evaluator: CircuitEvaluator, model, spectra: dict[str, torch.Tensor], layer: int, head: int,
+                     directions: dict[str, list[int]], n_controls: int = 4, seed: int = 0,
+                     progress: bool = True) -> pd.DataFrame:
+    """Change in the task metric (held-out, under the evaluator's ablation rule) when one direction of the
+    head is ablated, and when instead one of ``n_controls`` σ-matched directions of other heads is."""
+    generator = torch.Generator().manual_seed(seed)
+    ones = FixedMasks.ones(model)
+    base = evaluator.evaluate(ones)
+    jobs = [(kind, k) for kind, ks in directions.items() for k in ks]
+    if progress:
+        from tqdm.auto import tqdm
+
+        jobs = tqdm(jobs, desc=f"ablating directions of L{layer}.H{head}")
+    rows = []
+    for kind, k in jobs:
+        result = evaluator.evaluate(_without(ones, kind, [(layer, head, k)]))
+        controls = [evaluator.evaluate(_without(ones, kind, [c]))["metric"] - base["metric"]
+                    for c in _matched_controls(spectra[kind], layer, head, k, n_controls, 8 * n_controls, generator)]
+        rows.append(dict(kind=kind, direction=k, sigma=float(spectra[kind][layer, head, k]),
+                         metric_change=result["metric"] - base["metric"], kl=result["kl"],
+                         control_mean=float(np.mean(controls)), control_max_abs=float(np.max(np.abs(controls))),
+                         beyond_controls=abs(result["metric"] - base["metric"]) > float(np.max(np.abs(controls)))))
+    return pd.DataFrame(rows)
+
+
+def dominant_role(row: pd.Series, roles=("BOS", "IO", "S1", "S2", "end", "other")) -> str:
+    return max(roles, key=lambda r: abs(row[r]))
+
+
+def subfunction_evidence(ov_roles: pd.DataFrame, qk_roles: pd.DataFrame, effects: pd.DataFrame) -> list[dict]:
+    """Which of the paper's subfunctions the data support, by criteria declared here (not tuned):
+
+    - entity separation: an OV direction whose IO contribution and its S1+S2 contribution differ by more
+      than half of its mean |coefficient|, and whose ablation moves the metric beyond all its controls;
+    - salience: a QK direction that scores the IO key above both S keys, ablation beyond controls;
+    - sequence initialisation: a direction (OV or QK) whose largest term is BOS, ablation beyond controls."""
+    matters = {(r.kind, r.direction) for r in effects.itertuples() if r.beyond_controls}
+    scale = ov_roles.abs().sum(1)
+    entity = [k for k, r in ov_roles.iterrows()
+              if ("ov", k) in matters and abs(r["IO"] - (r["S1"] + r["S2"])) > 0.5 * scale[k]]
+    salience = [k for k, r in qk_roles.iterrows() if ("qk", k) in matters and r["IO"] > max(r["S1"], r["S2"])]
+    initialisation = [f"{kind.upper()} {k}" for kind, roles in (("ov", ov_roles), ("qk", qk_roles))
+                      for k, r in roles.iterrows() if (kind, k) in matters and dominant_role(r) == "BOS"]
+    found = [("entity separation (IO vs S)", [f"OV {k}" for k in entity]),
+             ("salience (attends IO over S)", [f"QK {k}" for k in salience]),
+             ("sequence initialisation (BOS)", initialisation)]
+    return [dict(subfunction=name, supported=bool(ds), directions=ds) for name, ds in found]

@@ -1,0 +1,96 @@
+"""Reading one head: per-source terms add up to the hook values; head choice, σ-matched controls, verdicts."""
+import pandas as pd
+import pytest
+import torch
+
+from helpers.faithfulness import CircuitEvaluator
+from helpers.head_study import (HeadReading, _matched_controls, ablation_effects, attention_spectra, by_role,
+                                choose_case_study_head, subfunction_evidence)
+from helpers.masks import AblationRule, MaskedModel
+from helpers.tasks import ioi_positions, ioi_task
+from tests.conftest import cached_model
+
+
+@pytest.mark.parametrize("name", ["tiny-gpt2", "tiny-llama", "tiny-gemma3"])
+def test_ov_source_terms_add_up_to_the_heads_coefficient_from_the_hooks(name):
+    model = cached_model(name, "fold_norm")
+    task = ioi_task(model, 6, seed=1)
+    masked = MaskedModel(model)
+    rows = torch.arange(len(task))
+    expected = masked.coefficients(task.clean, kinds=("ov",))  # oracle: hook_z through W_O V
+    for layer, head in [(0, 0), (model.n_layers - 1, model.n_heads - 1)]:
+        reading = HeadReading(model, task.clean, task.answer_pos, layer, head)
+        oracle = expected[layer]["ov"][rows, task.answer_pos, head].double()
+        torch.testing.assert_close(reading.ov_coefficients, oracle, rtol=1e-4, atol=1e-4 * float(oracle.abs().max()))
+        # padding after the answer position gets no attention
+        assert float(reading.ov_sources[~reading.valid].abs().max()) < 1e-6
+
+
+@pytest.mark.parametrize("name", ["tiny-gpt2", "tiny-llama"])
+def test_qk_key_terms_add_up_to_the_raw_query_key_products(name):
+    model = cached_model(name, "fold_norm")
+    task = ioi_task(model, 4, seed=1)
+    layer, head = model.n_layers - 1, 1
+    reading = HeadReading(model, task.clean, task.answer_pos, layer, head)
+    names = [f"blocks.{layer}.attn.hook_q", f"blocks.{layer}.attn.hook_k"]
+    with torch.no_grad():
+        _, cache = model.bridge.run_with_cache(task.clean, names_filter=names)
+    rows = torch.arange(len(task))
+    q = cache[names[0]][rows, task.answer_pos, head].double()  # [n, dh] pre-rotation
+    kv = head // (model.n_heads // model.n_kv_heads)
+    k = cache[names[1]][:, :, kv].double()  # [n, T, dh]
+    oracle = torch.einsum("ne,nte->nt", q, k)
+    torch.testing.assert_close(reading.qk_keys.sum(-1), oracle, rtol=1e-4, atol=1e-4 * float(oracle.abs().max()))
+
+
+def test_by_role_reads_each_role_and_sums_or_averages_the_rest():
+    values = torch.arange(2 * 5 * 1, dtype=torch.float64).reshape(2, 5, 1)  # prompt 0: 0..4, prompt 1: 5..9
+    positions = {"BOS": torch.tensor([0, 0]), "end": torch.tensor([3, 4])}
+    valid = torch.tensor([[1, 1, 1, 1, 0], [1, 1, 1, 1, 1]], dtype=torch.bool)
+    summed = by_role(values, positions, valid)
+    assert summed.loc[0, "BOS"] == 2.5 and summed.loc[0, "end"] == 6.0
+    assert summed.loc[0, "other"] == ((1 + 2) + (6 + 7 + 8)) / 2
+    assert by_role(values, positions, valid, other="mean").loc[0, "other"] == (1.5 + 7.0) / 2
+
+
+def test_case_study_head_is_the_heaviest_mask_among_positive_attribution_candidates():
+    attribution = torch.tensor([[0.1, 3.0], [2.0, -5.0], [1.0, 0.5]])
+    mass = torch.tensor([[99.0, 10.0], [20.0, 500.0], [30.0, 1.0]])
+    head, table = choose_case_study_head(attribution, mass, n_candidates=3)
+    assert head == (2, 0)  # candidates (0,1), (1,0), (2,0) by attribution; (2,0) has the most mass
+    assert set(zip(table["layer"], table["head"])) == {(0, 1), (1, 0), (2, 0)}
+    assert choose_case_study_head(attribution, mass, n_candidates=1)[0] == (0, 1)
+    with pytest.raises(ValueError, match="no head has a positive"):
+        choose_case_study_head(-attribution.abs(), mass)
+
+
+def test_matched_controls_come_from_other_heads_with_the_closest_singular_values():
+    S = torch.tensor([[[10.0, 1.0, 0.0], [9.0, 1.1, 0.5]], [[10.5, 3.0, 1e-12], [0.9, 0.2, 0.1]]])
+    picked = _matched_controls(S, 0, 0, 1, n=2, pool=2, generator=torch.Generator().manual_seed(0))
+    assert sorted(picked) == [(0, 1, 1), (1, 1, 0)]  # σ 1.1 and 0.9, never head (0, 0) itself
+    everything = _matched_controls(S, 0, 0, 0, n=20, pool=20, generator=torch.Generator().manual_seed(0))
+    assert (1, 0, 2) not in everything and all((l, h) != (0, 0) for l, h, _ in everything)
+
+
+def test_ablating_a_direction_moves_the_metric_and_controls_are_sigma_matched():
+    model = cached_model("tiny-llama", "fold_norm")
+    task = ioi_task(model, 6, seed=1)
+    evaluator = CircuitEvaluator(MaskedModel(model), task, AblationRule.uniform("zero", "all"))
+    spectra = attention_spectra(model)
+    assert spectra["qk"].shape == (model.n_layers, model.n_heads, model.d_head)
+    effects = ablation_effects(evaluator, model, spectra, 1, 0, {"ov": [0, 1], "qk": [0]}, n_controls=2, progress=False)
+    assert list(effects.kind) == ["ov", "ov", "qk"]
+    assert float(effects.metric_change.abs().min()) > 0
+    assert bool((effects.kl > 0).all())
+    assert effects.beyond_controls.dtype == bool
+
+
+def test_subfunction_evidence_follows_its_declared_criteria():
+    roles = ["BOS", "IO", "S1", "S2", "end", "other"]
+    ov = pd.DataFrame([[0.1, 3.0, 0.2, 0.1, 0.0, 0.1], [5.0, 0.1, 0.1, 0.1, 0.0, 0.1]], columns=roles)
+    qk = pd.DataFrame([[0.0, 2.0, 1.0, 0.5, 0.0, 0.0]], columns=roles)
+    effects = pd.DataFrame(dict(kind=["ov", "ov", "qk"], direction=[0, 1, 0], beyond_controls=[True, True, False]))
+    verdicts = {v["subfunction"].split(" (")[0]: v for v in subfunction_evidence(ov, qk, effects)}
+    assert verdicts["entity separation"]["directions"] == ["OV 0"]
+    assert verdicts["sequence initialisation"]["directions"] == ["OV 1"]
+    assert not verdicts["salience"]["supported"]  # QK 0 favours IO but its ablation is within its controls

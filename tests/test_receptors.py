@@ -1,0 +1,76 @@
+"""Logit receptors: the search finds a planted receptor and nothing else; coefficients and footprints
+match the model's own hook values and read-out."""
+import pytest
+import torch
+
+from helpers.masks import MaskedModel
+from helpers.readout import direction_logits
+from helpers.receptors import (answer_ov_coefficients, contrast_vector, find_receptors, footprints,
+                               ov_write_directions)
+from helpers.tasks import gender_task
+from helpers.weights import layer_weights
+from tests.conftest import cached_model
+
+
+def planted(n=200, seed=0):
+    """Noise everywhere; (1, 0, 2) a true receptor; decoys that each miss one condition."""
+    g = torch.Generator().manual_seed(seed)
+    is_a = torch.arange(n) % 2 == 0
+    coefficients = torch.randn(n, 3, 2, 4, generator=g)
+    footprint = 0.1 * torch.randn(3, 2, 4, generator=g)
+    sign = torch.where(is_a, 1.0, -1.0)
+    coefficients[:, 1, 0, 2] += 2 * sign  # separates the classes ...
+    footprint[1, 0, 2] = 1.5  # ... and its write favours A when a is high: a receptor
+    coefficients[:, 2, 1, 3] += 2 * sign  # separates, but writes nothing on the contrast
+    footprint[2, 1, 3] = 0.0
+    footprint[0, 1, 1] = 5.0  # large footprint, coefficient does not depend on the class
+    coefficients[:, 0, 0, 0] += 2 * sign  # separates, but its write favours the wrong answer
+    footprint[0, 0, 0] = -1.5
+    return coefficients, footprint, is_a
+
+
+def test_the_planted_receptor_is_found_first_and_the_decoys_are_not():
+    coefficients, footprint, is_a = planted()
+    found = find_receptors(coefficients, footprint, is_a, min_separation=1.0, top=10)
+    assert (found.layer[0], found["head"][0], found.direction[0]) == (1, 0, 2)
+    assert found.score[0] == pytest.approx(1.5 * 2, rel=0.1)  # f · (ā_A − ā_B) / 2
+    assert found.mean_a[0] > 1.5 and found.mean_b[0] < -1.5 and found.separation[0] > 3
+    listed = set(zip(found.layer, found["head"], found.direction))
+    assert not listed & {(2, 1, 3), (0, 1, 1), (0, 0, 0)}
+    assert len(found) == 1  # noise never reaches d' ≥ 1 with 100 prompts per class
+
+
+def test_per_prompt_footprints_give_the_same_answer_as_a_shared_one():
+    coefficients, footprint, is_a = planted()
+    shared = find_receptors(coefficients, footprint, is_a)
+    per_prompt = find_receptors(coefficients, footprint.expand(len(is_a), *footprint.shape), is_a)
+    assert shared.equals(per_prompt)
+
+
+def test_flipping_the_class_labels_flips_the_receptors_sign():
+    coefficients, footprint, is_a = planted()
+    found = find_receptors(coefficients, -footprint, ~is_a)
+    assert (found.layer[0], found["head"][0], found.direction[0]) == (1, 0, 2)
+    with pytest.raises(ValueError, match="both classes"):
+        find_receptors(coefficients, footprint, torch.ones(len(is_a), dtype=torch.bool))
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-gemma3"])
+def test_coefficients_rebuild_each_heads_output_and_footprints_match_the_readout(name):
+    model = cached_model(name, "fold_norm")
+    masked = MaskedModel(model)
+    task = gender_task(model, 4, seed=0)
+    coefficients = answer_ov_coefficients(masked, task.clean, task.answer_pos)  # [n, L, H, r]
+    directions = ov_write_directions(masked)  # [L, H, d, r]
+    layer = model.n_layers - 1
+    with torch.no_grad():
+        _, cache = model.bridge.run_with_cache(task.clean, names_filter=[f"blocks.{layer}.attn.hook_z"])
+    w = layer_weights(model, layer)
+    z = cache[f"blocks.{layer}.attn.hook_z"][torch.arange(len(task)), task.answer_pos].double()
+    heads = torch.einsum("nhe,hed->nhd", z, w.W_O.double()) + w.b_O.double() / w.n_heads
+    rebuilt = torch.einsum("nhr,hdr->nhd", coefficients[:, layer].double(), directions[layer])
+    torch.testing.assert_close(rebuilt, heads, rtol=1e-4, atol=1e-4 * float(heads.abs().max()))
+    a, b = int(task.correct[0]), int(task.wrong[0])
+    f = footprints(directions, contrast_vector(model, a, b))
+    logits = direction_logits(model, directions[layer, 0].T)  # [r, vocab]
+    torch.testing.assert_close(f[layer, 0], logits[:, a] - logits[:, b])
