@@ -4,7 +4,8 @@ from __future__ import annotations
 import torch
 
 from helpers.tasks import Task
-from helpers.weights import layer_weights, unembedding
+from helpers.receptors import contrast_vector
+from helpers.weights import layer_weights
 
 GPT2_IOI_HEADS = {  # Wang et al. 2023, METHODS.md section 1.4: (layer, head) -> class
     **{h: "name mover" for h in [(9, 6), (9, 9), (10, 0)]},
@@ -26,8 +27,7 @@ def head_logit_attribution(model, task: Task) -> torch.Tensor:
     with torch.no_grad():
         _, cache = model.bridge.run_with_cache(task.clean, names_filter=lambda n: n in wanted)
     rows = torch.arange(len(task))
-    u = unembedding(model)
-    contrast = (u.ln_final.gain[:, None] * u.W_U)[:, task.correct] - (u.ln_final.gain[:, None] * u.W_U)[:, task.wrong]
+    contrast = contrast_vector(model, task.correct, task.wrong).float()  # [n, d]
     final_scale = cache["ln_final.hook_scale"][rows, task.answer_pos]  # [n, 1]
     out = torch.zeros(model.n_layers, model.n_heads)
     for layer in range(model.n_layers):
@@ -37,7 +37,5 @@ def head_logit_attribution(model, task: Task) -> torch.Tensor:
         post = f"blocks.{layer}.ln1_post.hook_scale"
         if post in cache:  # Gemma: post-attention RMSNorm, frozen at its scale
             heads = heads * (1.0 + model.block(layer).post_attention_layernorm.weight.detach()) / cache[post][rows, task.answer_pos][:, None]
-        if model.architecture == "gpt2":  # LayerNorm removes the mean before the unembedding
-            heads = heads - heads.mean(-1, keepdim=True)
-        out[layer] = torch.einsum("nhd,dn->nh", heads / final_scale[:, None], contrast).mean(0)
+        out[layer] = torch.einsum("nhd,nd->nh", heads / final_scale[:, None], contrast).mean(0)
     return out

@@ -61,6 +61,7 @@ class HeadReading:
         rows = torch.arange(tokens.shape[0])
         x = cache[names[0]].double()  # [n, T, d]
         weights = cache[names[1]][rows, head, answer_pos].double()  # [n, T] attention of the answer position
+        self.attention = weights
         self.ov_bias = ov.S * ov.U[0]  # [r]
         self.ov_sources = weights[..., None] * (x @ ov.U[1:]) * ov.S  # [n, T, r]
         x_h = homogeneous(x)
@@ -73,6 +74,11 @@ class HeadReading:
     def ov_coefficients(self) -> torch.Tensor:
         """[n, r] a_k at the answer position (sources + bias)."""
         return self.ov_sources.sum(1) + self.ov_bias
+
+    def written_contrast(self, contrast: torch.Tensor) -> torch.Tensor:
+        """[n, r] what each OV direction writes onto a per-prompt logit contrast [n, d] (e.g. w_IO − w_S from
+        ``helpers.receptors.contrast_vector``) through the direct path: a_k (v_k · contrast)."""
+        return self.ov_coefficients * (contrast.double() @ self.ov_V)
 
 
 def by_role(values: torch.Tensor, positions: dict[str, torch.Tensor], valid: torch.Tensor, other: str = "sum") -> pd.DataFrame:

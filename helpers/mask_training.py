@@ -16,7 +16,7 @@ import torch
 
 from helpers.cache import cache_dir
 from helpers.masks import AblationRule, DirectionMasks, MaskedModel
-from helpers.tasks import Task
+from helpers.tasks import Task, make_task
 
 
 MASK_FORMAT = 1
@@ -33,6 +33,21 @@ class TrainConfig:
     clip: float = 1.0
     seed: int = 0
     log_every: int = 10
+
+
+FAST_MASKING = dict(n_prompts=24, steps=12, batch=8)
+"""Sizes of a fast (CI) masking run; notebooks that reuse notebook 02's masks apply the same override."""
+
+
+def masking_run(masked: MaskedModel, task_name: str, n_prompts: int, rule: AblationRule, config: TrainConfig,
+                seed: int = 0, progress: bool = True):
+    """Notebook 02's run as one call: the task (``n_prompts``, ``seed``), its half/half training and held-out
+    split, and masks trained on the training half (loaded when a run with the same configuration exists).
+    Returns (train, held_out, masks, history)."""
+    task = make_task(task_name, masked.model, n_prompts, seed=seed)
+    train, held_out = task.split(0.5, seed=seed)
+    masks, history = train_masks(masked, train, rule, config, progress=progress)
+    return train, held_out, masks, history
 
 
 def valid_positions(task: Task) -> torch.Tensor:

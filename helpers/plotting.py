@@ -108,3 +108,56 @@ def plot_head_heatmap(values, title: str, label: str, marked=None):
         ax.add_patch(plt.Rectangle((head, layer), 1, 1, fill=False, edgecolor="red", lw=1.5))
     ax.set(xlabel="head", ylabel="layer", title=title)
     return fig
+
+
+def plot_role_terms(frames: dict, titles: dict):
+    """Side-by-side heatmaps direction × IOI role (one per entry of ``frames``), diverging around 0."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    fig, axes = plt.subplots(1, len(frames), figsize=(4.2 * len(frames), 0.32 * max(len(f) for f in frames.values()) + 1.6),
+                             squeeze=False)
+    for ax, (name, frame) in zip(axes[0], frames.items()):
+        limit = float(frame.abs().to_numpy().max()) or 1.0
+        sns.heatmap(frame, ax=ax, cmap="RdBu_r", center=0, vmin=-limit, vmax=limit, annot=True, fmt=".2g",
+                    annot_kws={"fontsize": 6}, cbar=False)
+        ax.set(title=titles[name], xlabel="role of the position", ylabel="direction k")
+    return fig
+
+
+def plot_ablation_effects(effects, metric_label: str):
+    """Metric change when one direction is ablated (bars), with the range of its σ-matched controls."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(0.35 * len(effects) + 2.5, 3))
+    x = range(len(effects))
+    labels = [f"{k.upper()} {d}" for k, d in zip(effects["kind"], effects["direction"])]
+    ax.bar(x, effects["metric_change"], color=["C0" if b else "C7" for b in effects["beyond_controls"]])
+    ax.errorbar(x, effects["control_mean"], yerr=effects["control_max_abs"], fmt="k_", lw=0.8, capsize=2,
+                label="σ-matched controls: mean, ± max |Δ|")
+    ax.axhline(0, color="black", lw=0.6)
+    ax.set_xticks(list(x), labels, rotation=90, fontsize=7)
+    ax.set(ylabel=f"Δ {metric_label}", title="ablating one direction (blue: beyond all its controls)")
+    ax.legend(fontsize=7)
+    return fig
+
+
+def plot_dose_response(table):
+    """% flipped, accuracy and logit diff vs scale s, receptor intervention vs equal-norm random, per site."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(11, 3))
+    for site, style in (("direct", "-"), ("layer", "--")):
+        for intervention, marker in (("receptors", "o"), ("random", "s")):
+            part = table[(table["site"] == site) & (table["intervention"].isin([intervention, "none"]))]
+            mean = part.groupby("scale")[["flipped", "accuracy", "logit_diff"]].mean()
+            label = f"{intervention}, {'direct path' if site == 'direct' else 'at the head’s layer'}"
+            for ax, column in zip(axes, mean.columns):
+                ax.plot(mean.index, mean[column], style, marker=marker, label=label)
+    axes[0].set(ylabel="% flipped (of prompts right before)")
+    axes[1].set(ylabel="accuracy", ylim=(0, 1.02))
+    axes[2].set(ylabel="logit diff correct − wrong")
+    for ax in axes:
+        ax.set(xlabel="scale s")
+    axes[0].legend(fontsize=7)
+    return fig

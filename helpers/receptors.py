@@ -2,8 +2,9 @@
 weights and whose coefficient, set by the head, differs between two classes of prompts.
 
 Head h writes Σ_k a_k v_k with a_k its coefficient along write direction v_k (``MaskedModel`` units: a_k
-already includes σ_k). Through the direct path, v_k changes logit(A) − logit(B) by f_k = v_k·(w_A − w_B)
-per unit of a_k (the footprint; w = unembedding column with the final norm's gain). A receptor is a
+already includes σ_k). Through the direct path, v_k changes logit(A) − logit(B) by f_k = v_k·(w_A − w_B) / s
+per unit of a_k (the footprint; w = unembedding column with the final norm's gain, s = the final norm's
+scale at the answer position, which makes the footprint per prompt). A receptor is a
 direction whose coefficient separates the classes (separation d' ≥ a declared minimum) in the direction its
 footprint favours the correct answer. Nothing is hard-coded: indices and signs come from the data.
 """
@@ -13,6 +14,7 @@ import pandas as pd
 import torch
 
 from helpers.masks import MaskedModel
+from helpers.tasks import Task, ioi_positions
 from helpers.weights import unembedding
 
 
@@ -24,11 +26,21 @@ def answer_ov_coefficients(masked: MaskedModel, tokens: torch.Tensor, answer_pos
 
 
 def contrast_vector(model, token_a: torch.Tensor | int, token_b: torch.Tensor | int) -> torch.Tensor:
-    """[..., d] w_A − w_B: writing x into the residual stream changes logit(A) − logit(B) by x·(w_A − w_B)
-    (direct path, final norm's gain applied, its per-token scale ignored)."""
+    """[..., d] c = w_A − w_B: writing x into the residual stream before the final norm changes
+    logit(A) − logit(B) by x·c / s to first order, s the norm's scale at that token, when x is orthogonal to
+    the residual (``final_norm_scale``; final norm's gain applied; for LayerNorm models c is centred,
+    because the norm removes the mean of x)."""
     u = unembedding(model)
     W = u.ln_final.gain[:, None].double() * u.W_U.double()
-    return (W[:, torch.as_tensor(token_a)] - W[:, torch.as_tensor(token_b)]).movedim(0, -1)
+    c = (W[:, torch.as_tensor(token_a)] - W[:, torch.as_tensor(token_b)]).movedim(0, -1)
+    return c - c.mean(-1, keepdim=True) if model.architecture == "gpt2" else c
+
+
+def final_norm_scale(model, tokens: torch.Tensor, answer_pos: torch.Tensor) -> torch.Tensor:
+    """[n] the final norm's scale (RMS or std of the residual) at each prompt's answer position."""
+    with torch.no_grad():
+        _, cache = model.bridge.run_with_cache(tokens, names_filter=["ln_final.hook_scale"])
+    return cache["ln_final.hook_scale"][torch.arange(tokens.shape[0]), answer_pos].reshape(-1).double()
 
 
 def ov_write_directions(masked: MaskedModel) -> torch.Tensor:
@@ -36,43 +48,65 @@ def ov_write_directions(masked: MaskedModel) -> torch.Tensor:
     return torch.stack([b.ov_V for b in masked.bases]).double()
 
 
-def footprints(directions: torch.Tensor, contrast: torch.Tensor) -> torch.Tensor:
-    """Footprint of every direction: [L, H, r] for one contrast [d], [n, L, H, r] for per-prompt contrasts [n, d]."""
+def footprints(directions: torch.Tensor, contrast: torch.Tensor, scale: torch.Tensor | None = None) -> torch.Tensor:
+    """Footprint of every direction [L, H, d, r] on a contrast: [L, H, r] for one contrast [d]; [n, L, H, r]
+    for per-prompt contrasts [n, d] or when the final norm's ``scale`` [n] is given (divided by it)."""
+    if scale is not None:
+        contrast = contrast.expand(len(scale), contrast.shape[-1]) / scale[:, None]
     if contrast.ndim == 1:
         return torch.einsum("lhdr,d->lhr", directions, contrast)
     return torch.einsum("lhdr,nd->nlhr", directions, contrast)
 
 
-def find_receptors(coefficients: torch.Tensor, footprint: torch.Tensor, is_a: torch.Tensor,
-                   min_separation: float = 1.0, top: int = 8) -> pd.DataFrame:
-    """Rank directions as receptors for a two-class contrast.
+def receptor_statistics(coefficients: torch.Tensor, footprint: torch.Tensor, is_a: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Per direction ([L, H, r] each): class means ``mean_a``, ``mean_b``, ``separation`` = |ā_A − ā_B| / pooled
+    std (d'), mean ``footprint``, and ``score`` = mean_n s_n (a_n − ā) f_n with s_n = ±1 for class A / B: the
+    logits of correct − wrong that the class-dependence of the coefficient contributes through the direct path.
 
     ``coefficients`` [n, L, H, r]; ``footprint`` [L, H, r] or [n, L, H, r]: change of logit(A) − logit(B) per
-    unit coefficient; ``is_a`` [n] bool, True where A is the correct answer. Per direction:
-
-    - ``separation`` = |ā_A − ā_B| / pooled std of the coefficient (d'),
-    - ``score`` = mean_n s_n (a_n − ā) f_n with s_n = ±1 for class A / B: the logits of correct − wrong that the
-      class-dependence of the coefficient contributes through the direct path.
-
-    Receptors: separation ≥ ``min_separation`` and score > 0, the ``top`` by score."""
+    unit coefficient; ``is_a`` [n] bool, True where A is the correct answer."""
     is_a = torch.as_tensor(is_a, dtype=torch.bool)
     if is_a.all() or not is_a.any():
-        raise ValueError("find_receptors needs prompts of both classes (is_a has only one value)")
+        raise ValueError("receptors need prompts of both classes (is_a has only one value)")
     a = coefficients.double()
     mean_a, mean_b = a[is_a].mean(0), a[~is_a].mean(0)
     pooled = torch.sqrt(0.5 * (a[is_a].var(0) + a[~is_a].var(0))).clamp_min(1e-12)
-    separation = (mean_a - mean_b).abs() / pooled
     sign = torch.where(is_a, 1.0, -1.0).double().reshape(-1, *([1] * (a.ndim - 1)))
     f = footprint.double().expand_as(a)
-    score = (sign * (a - a.mean(0)) * f).mean(0)
-    eligible = (separation >= min_separation) & (score > 0)
+    return dict(score=(sign * (a - a.mean(0)) * f).mean(0), separation=(mean_a - mean_b).abs() / pooled,
+                mean_a=mean_a, mean_b=mean_b, footprint=f.mean(0))
+
+
+COLUMNS = ["layer", "head", "direction", "score", "separation", "mean_a", "mean_b", "footprint"]
+
+
+def find_receptors(coefficients: torch.Tensor, footprint: torch.Tensor, is_a: torch.Tensor,
+                   min_separation: float = 1.0, top: int = 8) -> pd.DataFrame:
+    """Receptors for a two-class contrast (arguments as in ``receptor_statistics``): separation ≥
+    ``min_separation`` and score > 0, the ``top`` by score."""
+    stats = receptor_statistics(coefficients, footprint, is_a)
+    eligible = (stats["separation"] >= min_separation) & (stats["score"] > 0)
     index = eligible.nonzero()
-    order = score[eligible].argsort(descending=True)[:top]
-    rows = []
-    for i in order.tolist():
-        layer, head, k = (int(v) for v in index[i])
-        rows.append(dict(layer=layer, head=head, direction=k, score=float(score[layer, head, k]),
-                         separation=float(separation[layer, head, k]), mean_a=float(mean_a[layer, head, k]),
-                         mean_b=float(mean_b[layer, head, k]), footprint=float(f[:, layer, head, k].mean())))
-    return pd.DataFrame(rows, columns=["layer", "head", "direction", "score", "separation", "mean_a", "mean_b",
-                                       "footprint"])
+    order = stats["score"][eligible].argsort(descending=True)[:top]
+    return pd.DataFrame([_row(stats, *(int(v) for v in index[i])) for i in order.tolist()], columns=COLUMNS)
+
+
+def statistics_at(receptors: pd.DataFrame, coefficients: torch.Tensor, footprint: torch.Tensor,
+                  is_a: torch.Tensor) -> pd.DataFrame:
+    """The statistics of the given directions on other prompts (e.g. receptors found on training prompts,
+    scored on held-out ones)."""
+    stats = receptor_statistics(coefficients, footprint, is_a)
+    return pd.DataFrame([_row(stats, r.layer, r.head, r.direction) for r in receptors.itertuples()], columns=COLUMNS)
+
+
+def _row(stats: dict, layer: int, head: int, k: int) -> dict:
+    return dict(layer=layer, head=head, direction=k, **{name: float(v[layer, head, k]) for name, v in stats.items()})
+
+
+def ioi_slot_contrast(model, task: Task) -> tuple[torch.Tensor, torch.Tensor]:
+    """IOI as two classes: ([n, d] contrast w_first − w_second of the two names in the order they appear,
+    [n] True for ABBA prompts, where the first name is the IO)."""
+    roles = ioi_positions(task)
+    rows = torch.arange(len(task))
+    first, second = torch.minimum(roles["IO"], roles["S1"]), torch.maximum(roles["IO"], roles["S1"])
+    return contrast_vector(model, task.clean[rows, first], task.clean[rows, second]), roles["IO"] < roles["S1"]

@@ -22,6 +22,11 @@ def test_ov_source_terms_add_up_to_the_heads_coefficient_from_the_hooks(name):
         reading = HeadReading(model, task.clean, task.answer_pos, layer, head)
         oracle = expected[layer]["ov"][rows, task.answer_pos, head].double()
         torch.testing.assert_close(reading.ov_coefficients, oracle, rtol=1e-4, atol=1e-4 * float(oracle.abs().max()))
+        contrast = torch.randn(len(task), model.d_model, dtype=torch.float64)
+        written = reading.written_contrast(contrast).sum(-1)  # all directions together: the head's whole write
+        head_out = oracle @ reading.ov_V.T
+        expected_written = (head_out * contrast).sum(-1)
+        torch.testing.assert_close(written, expected_written, rtol=1e-4, atol=1e-4 * float(expected_written.abs().max()))
         # padding after the answer position gets no attention
         assert float(reading.ov_sources[~reading.valid].abs().max()) < 1e-6
 

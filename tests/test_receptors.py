@@ -5,9 +5,10 @@ import torch
 
 from helpers.masks import MaskedModel
 from helpers.readout import direction_logits
-from helpers.receptors import (answer_ov_coefficients, contrast_vector, find_receptors, footprints,
-                               ov_write_directions)
-from helpers.tasks import gender_task
+from helpers.receptors import (answer_ov_coefficients, contrast_vector, final_norm_scale, find_receptors, footprints,
+                               ioi_slot_contrast, ov_write_directions, statistics_at)
+from helpers.steering import DIRECT_HOOK, steered_final_logits
+from helpers.tasks import gender_task, ioi_task
 from helpers.weights import layer_weights
 from tests.conftest import cached_model
 
@@ -74,3 +75,52 @@ def test_coefficients_rebuild_each_heads_output_and_footprints_match_the_readout
     f = footprints(directions, contrast_vector(model, a, b))
     logits = direction_logits(model, directions[layer, 0].T)  # [r, vocab]
     torch.testing.assert_close(f[layer, 0], logits[:, a] - logits[:, b])
+
+
+def test_statistics_at_rescore_the_same_directions_on_other_prompts():
+    coefficients, footprint, is_a = planted(seed=0)
+    found = find_receptors(coefficients, footprint, is_a)
+    fresh, fresh_footprint, fresh_is_a = planted(seed=1)
+    again = statistics_at(found, fresh, footprint, fresh_is_a)
+    assert list(again["direction"]) == list(found["direction"])
+    assert again["score"][0] == pytest.approx(found["score"][0], rel=0.15)  # the planted effect generalises
+
+
+def test_ioi_slot_contrast_orders_the_names_as_they_appear():
+    model = cached_model("tiny-llama", "fold_norm")
+    task = ioi_task(model, 8, seed=0)
+    contrast, is_abba = ioi_slot_contrast(model, task)
+    assert int(is_abba.sum()) == 4  # half ABBA
+    for n in range(len(task)):
+        first = task.correct[n] if is_abba[n] else task.wrong[n]
+        second = task.wrong[n] if is_abba[n] else task.correct[n]
+        torch.testing.assert_close(contrast[n], contrast_vector(model, int(first), int(second)))
+
+
+@pytest.mark.parametrize("name", ["tiny-gpt2", "tiny-llama", "tiny-gemma3"])
+def test_footprint_over_the_final_norm_scale_is_the_first_order_logit_change(name):
+    """Oracle: a small step ε·x before the final norm, x orthogonal to the residual (and to 1 for LayerNorm),
+    changes logit(A) − logit(B) by ε·(x·c)/s to first order (models without a logit soft-cap)."""
+    model = cached_model(name, "fold_norm")
+    masked = MaskedModel(model)
+    task = gender_task(model, 4, seed=0)
+    rows = torch.arange(len(task))
+    last = f"blocks.{model.n_layers - 1}.hook_resid_post"
+    with torch.no_grad():
+        _, cache = model.bridge.run_with_cache(task.clean, names_filter=[last])
+    resid = cache[last][rows, task.answer_pos].double()
+    x = torch.randn(len(task), model.d_model, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    basis = [resid] if model.architecture != "gpt2" else [torch.ones_like(resid), resid - resid.mean(-1, keepdim=True)]
+    for b in basis:
+        b = b / b.norm(dim=-1, keepdim=True)
+        x = x - (x * b).sum(-1, keepdim=True) * b
+    eps = 1e-3 * float(resid.norm(dim=-1).mean())
+    a, b = int(task.correct[0]), int(task.wrong[0])
+    diff = lambda logits: logits[:, a].double() - logits[:, b].double()  # noqa: E731
+    base = diff(steered_final_logits(masked, task.clean, task.answer_pos, {}))
+    moved = diff(steered_final_logits(masked, task.clean, task.answer_pos, {DIRECT_HOOK: eps * x}))
+    scale = final_norm_scale(model, task.clean, task.answer_pos)
+    predicted = eps * (x @ contrast_vector(model, a, b)) / scale
+    torch.testing.assert_close(moved - base, predicted, rtol=2e-2, atol=2e-2 * float(predicted.abs().max()))  # float32 model
+    f = footprints(ov_write_directions(masked), contrast_vector(model, a, b), scale)
+    assert f.shape == (len(task), model.n_layers, model.n_heads, ov_write_directions(masked).shape[-1])
