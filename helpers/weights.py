@@ -178,9 +178,13 @@ def raw_layer_weights(model, layer: int) -> LayerWeights:
                         ln_attn=_norm(model, block.input_layernorm), ln_mlp=_norm(model, ln_mlp), kv_head=kv_head)
 
 
+def final_norm(model) -> Norm:
+    """The affine part of the final norm as the checkpoint has it (Gemma's gain is 1 + w)."""
+    return _norm(model, model.body.ln_f if model.architecture == "gpt2" else model.body.norm)
+
+
 def _raw_unembedding(model) -> Unembedding:
     hf = model.hf_model
-    final = model.body.ln_f if model.architecture == "gpt2" else model.body.norm
     W_U = _copy(hf.lm_head.weight).T
     b_U = _copy(hf.lm_head.bias) if hf.lm_head.bias is not None else torch.zeros(W_U.shape[1])
-    return Unembedding(W_U, b_U, _norm(model, final))
+    return Unembedding(W_U, b_U, final_norm(model))

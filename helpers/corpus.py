@@ -1,0 +1,160 @@
+"""Text for paper 2's checks (METHODS.md section 2.3), and the seeded token sample every site shares.
+
+Corpora, by name:
+
+- ``"wikitext-2"``: WikiText-2 raw train from the Hugging Face hub (the paper's), lines shorter than 80
+  characters and "= Title =" headers dropped, the first ~400k characters; needs the hub (or its cache);
+- ``"python-docs"`` (offline default): the reference documentation that ships inside every CPython
+  (``pydoc_data.topics``: the language reference's prose), split into paragraphs, code and grammar blocks
+  dropped, paragraphs shorter than 80 characters dropped. Its text differs slightly between Python
+  releases, so every summary records the corpus' sha256;
+- a path to a local text file, or to a folder of ``.txt`` / ``.md`` / ``.rst`` files: blank-line
+  separated paragraphs, the same length filter.
+
+Each paragraph is one sequence (BOS first, truncated to ``max_tokens``). ``sample_tokens`` draws the token
+positions the statistics use, with a seed; the tokenised corpus and the sample are cached.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from helpers.cache import atomic_write_json, cache_dir
+
+MIN_CHARS = 80
+MAX_CHARS = 400_000
+TEXT_SUFFIXES = (".txt", ".md", ".rst")
+CORPORA = ("python-docs", "wikitext-2")
+
+
+def _paragraphs(text: str) -> list[str]:
+    """Blank-line separated blocks, each joined into one line; indented blocks (code, grammar) dropped."""
+    out = []
+    for block in re.split(r"\n\s*\n", text):
+        lines = [line for line in block.splitlines() if line.strip()]
+        if not lines or any(line.startswith((" ", "\t")) for line in lines):
+            continue
+        if all(set(line.strip()) <= set("*=-~^#") for line in lines[1:]) and len(lines) <= 3:
+            continue  # a heading with its underline
+        out.append(" ".join(line.strip() for line in lines))
+    return out
+
+
+def _keep(paragraphs: list[str]) -> list[str]:
+    kept, total = [], 0
+    for p in paragraphs:
+        if len(p) < MIN_CHARS:
+            continue
+        if total >= MAX_CHARS:
+            break
+        kept.append(p)
+        total += len(p)
+    return kept
+
+
+def python_docs_paragraphs() -> list[str]:
+    from pydoc_data.topics import topics
+
+    return _keep([p for key in sorted(topics) for p in _paragraphs(topics[key])])
+
+
+def wikitext_paragraphs() -> list[str]:
+    try:
+        from datasets import load_dataset
+
+        rows = load_dataset("Salesforce/wikitext", "wikitext-2-raw-v1", split="train")["text"]
+    except Exception as error:  # noqa: BLE001 — any hub/network failure means the same thing here
+        raise RuntimeError(f"corpus 'wikitext-2' needs the Hugging Face hub (or its local cache), which failed: "
+                           f"{type(error).__name__}: {error}. Use corpus='python-docs' (offline) or a local text "
+                           f"file/folder path.") from error
+    lines = [line.strip() for line in rows]
+    return _keep([line for line in lines if line and not re.fullmatch(r"=+ .* =+", line)])
+
+
+def local_paragraphs(path: str | os.PathLike) -> list[str]:
+    path = Path(path)
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.suffix in TEXT_SUFFIXES)
+    elif path.is_file():
+        files = [path]
+    else:
+        raise FileNotFoundError(f"corpus {str(path)!r} is neither a registered corpus {CORPORA} nor an existing "
+                                f"file or folder")
+    if not files:
+        raise ValueError(f"corpus folder {str(path)!r} holds no {'/'.join(TEXT_SUFFIXES)} files")
+    return _keep([p for f in files for p in _paragraphs(f.read_text(encoding="utf-8", errors="replace"))])
+
+
+def corpus_paragraphs(corpus: str) -> list[str]:
+    if corpus == "python-docs":
+        paragraphs = python_docs_paragraphs()
+    elif corpus == "wikitext-2":
+        paragraphs = wikitext_paragraphs()
+    else:
+        paragraphs = local_paragraphs(corpus)
+    if not paragraphs:
+        raise ValueError(f"corpus {corpus!r} has no paragraph of at least {MIN_CHARS} characters")
+    return paragraphs
+
+
+@dataclass
+class TokenSample:
+    """A tokenised corpus and the token positions sampled from it."""
+
+    corpus: str
+    sha256: str  # of the paragraphs' text
+    sequences: list[torch.Tensor]  # one [T] id tensor per paragraph, BOS first
+    positions: torch.Tensor  # [n, 2] (sequence, position) of each sampled token, sorted
+    n_chars: int
+
+    @property
+    def n_tokens(self) -> int:
+        return sum(len(s) for s in self.sequences)
+
+    def record(self) -> dict:
+        return dict(corpus=self.corpus, sha256=self.sha256, paragraphs=len(self.sequences), characters=self.n_chars,
+                    tokens=self.n_tokens, sampled=len(self.positions))
+
+    def halves(self) -> dict[str, dict[int, list[int]]]:
+        """{"fit": {sequence: [positions]}, "score": {...}}: sequences alternate between the halves
+        (even index → fit), so the two halves share no text."""
+        out: dict[str, dict[int, list[int]]] = {"fit": {}, "score": {}}
+        for seq, pos in self.positions.tolist():
+            out["fit" if seq % 2 == 0 else "score"].setdefault(seq, []).append(pos)
+        return out
+
+
+def sample_tokens(tokenizer, corpus: str = "python-docs", n_tokens: int = 16_384, seed: int = 0,
+                  max_tokens: int = 256, tokenizer_name: str = "") -> TokenSample:
+    """Tokenise the corpus (one sequence per paragraph) and sample ``n_tokens`` positions uniformly without
+    replacement, BOS excluded. Cached under a key of every argument and the text's sha256."""
+    paragraphs = corpus_paragraphs(corpus)
+    text_hash = hashlib.sha256("\n\n".join(paragraphs).encode()).hexdigest()
+    key = hashlib.sha256(json.dumps([text_hash, tokenizer_name or type(tokenizer).__name__, n_tokens, seed,
+                                     max_tokens]).encode()).hexdigest()[:16]
+    path = cache_dir("corpus") / f"{key}.pt"
+    if path.exists():
+        saved = torch.load(path)
+        return TokenSample(corpus, text_hash, saved["sequences"], saved["positions"], saved["n_chars"])
+    bos = tokenizer.bos_token_id
+    sequences = [torch.tensor([bos] + tokenizer(p, add_special_tokens=False)["input_ids"][: max_tokens - 1])
+                 for p in paragraphs]
+    candidates = torch.cat([torch.stack([torch.full((len(s) - 1,), i), torch.arange(1, len(s))], 1)
+                            for i, s in enumerate(sequences)])
+    if n_tokens > len(candidates):
+        raise ValueError(f"n_tokens={n_tokens} exceeds the corpus' {len(candidates)} non-BOS tokens; "
+                         f"use a smaller n_tokens or a larger corpus")
+    pick = torch.randperm(len(candidates), generator=torch.Generator().manual_seed(seed))[:n_tokens]
+    positions = candidates[pick.sort().values]
+    n_chars = sum(len(p) for p in paragraphs)
+    tmp = path.with_suffix(".tmp")
+    torch.save(dict(sequences=sequences, positions=positions, n_chars=n_chars), tmp)
+    tmp.replace(path)
+    atomic_write_json(path.with_suffix(".json"), dict(corpus=corpus, sha256=text_hash, n_tokens=n_tokens, seed=seed))
+    return TokenSample(corpus, text_hash, sequences, positions, n_chars)

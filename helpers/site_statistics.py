@@ -1,0 +1,272 @@
+"""One pass over the corpus for every site and layer (METHODS.md section 3): streamed sufficient statistics.
+
+The sampled tokens are split in two halves by sequence (``TokenSample.halves``). The pass runs the fit
+half first, then the score half; each sequence is run once.
+
+- **fit half**: per stream a one-pass Nyström sketch of the normalised second moment
+  M = mean_t ĥ_t ĥ_tᵀ (ĥ = ΔH/‖ΔH‖; exact when the sketch is as wide as d_out) for the PCA baseline, and the
+  effective-path fits: the mean gate activation (``mlp.up``) and the ridge sums XᵀX, XᵀY (``attn.v``).
+- between the halves: PCA directions and effective-path mounts are built from those fits;
+- **score half**: for every direction set of every stream, f(u) = mean_t (ΔH_t·u)² / (‖ΔH_t‖² + 1e-12) for
+  each direction, the span energy mean_t ‖Q_Sᵀ ΔH_t‖²/‖ΔH_t‖², and coverage (B): per token, the least-squares
+  fit of ΔH_t on its 8 best-aligned directions, Σ‖residual‖² against Σ‖ΔH_t‖².
+
+A stream is a site's output (ΔH) or an effective path's: ``mlp.up~eff`` reads act(gate) ⊙ up (the input of
+``mlp.down``), ``attn.v~eff`` the o_proj input averaged over the query heads of each KV head. Per-token data
+never leave a batch: memory is the statistics plus one batch of activations.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from helpers.corpus import TokenSample
+from helpers.sites import Site, site_matrix
+from helpers.tiling import Mounts, gated_up_matrix, ridge_map, tile_svd, top_eigenvectors
+
+EPS = 1e-12
+COVERAGE_BEST = 8
+EFFECTIVE = {"mlp.up": "mlp.up~eff", "attn.v": "attn.v~eff"}
+
+
+@dataclass
+class StreamPlan:
+    """What to measure for one stream: direction sets for energy/span (A) and for coverage (B)."""
+
+    site: Site
+    kind: str  # the site name, or "mlp.up~eff" / "attn.v~eff"
+    sets: dict[str, Mounts] = field(default_factory=dict)
+    coverage_sets: dict[str, Mounts] = field(default_factory=dict)
+    pca_count: int = 0  # PCA directions fitted on the fit half (0: none)
+    sketch_width: int = 0
+    effective: dict | None = None  # effective streams: {"width", "k", "seed", "coverage_ks"} for their mounts
+
+    @property
+    def name(self) -> str:
+        return f"L{self.site.layer} {self.kind}"
+
+
+class _Stream:
+    """Accumulators of one stream."""
+
+    def __init__(self, plan: StreamPlan, d_out: int, seed: int):
+        self.plan, self.d = plan, d_out
+        self.tokens = {"fit": 0, "score": 0}
+        if plan.pca_count:
+            s = min(d_out, max(plan.sketch_width, 4 * plan.pca_count + 16))
+            g = torch.randn(d_out, s, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+            self.omega = torch.linalg.qr(g)[0]
+            self.sketch = torch.zeros(d_out, s, dtype=torch.float64)
+        self.energy: dict[str, torch.Tensor] = {}
+        self.bases: dict[str, torch.Tensor] = {}
+        self.span: dict[str, float] = {}
+        self.residual: dict[str, float] = {}
+        self.total_sq = 0.0
+
+    def fit(self, h: torch.Tensor) -> None:
+        self.tokens["fit"] += len(h)
+        if self.plan.pca_count:
+            unit = h / (h.norm(dim=-1, keepdim=True) + EPS)
+            self.sketch += unit.T @ (unit @ self.omega)
+
+    def pca(self) -> Mounts:
+        """Top eigenvectors of the sketched second moment (Nyström, stabilised; Tropp et al. 2017)."""
+        Y, omega = self.sketch / max(self.tokens["fit"], 1), self.omega
+        nu = 1e-10 * float(Y.norm())
+        Y_nu = Y + nu * omega
+        B = omega.T @ Y_nu
+        C = torch.linalg.cholesky(0.5 * (B + B.T))
+        F = torch.linalg.solve_triangular(C, Y_nu.T, upper=False).T  # Y_nu C⁻ᵀ
+        U, S, _ = torch.linalg.svd(F, full_matrices=False)
+        values = (S ** 2 - nu).clamp_min(0)
+        approx = (U * values) @ U.T
+        return top_eigenvectors(approx, self.plan.pca_count)
+
+    def score(self, h: torch.Tensor) -> None:
+        h = h.double()
+        self.tokens["score"] += len(h)
+        sq = (h * h).sum(-1)
+        self.total_sq += float(sq.sum())
+        weight = 1.0 / (sq + EPS)
+        for name, mounts in self.plan.sets.items():
+            projections = h @ mounts.U  # [m, n]
+            self.energy[name] = self.energy.get(name, 0) + (projections ** 2 * weight[:, None]).sum(0)
+            if name not in self.bases:
+                self.bases[name] = orthonormal_basis(mounts.U)
+            Q = self.bases[name]
+            self.span[name] = self.span.get(name, 0.0) + float((((h @ Q) ** 2).sum(-1) * weight).sum())
+        for name, mounts in self.plan.coverage_sets.items():
+            self.residual[name] = self.residual.get(name, 0.0) + float(best_direction_residuals(h, mounts.U).sum())
+
+    def results(self) -> dict:
+        n = max(self.tokens["score"], 1)
+        return dict(tokens=dict(self.tokens),
+                    f={k: (v / n) for k, v in self.energy.items()},
+                    span={k: v / n for k, v in self.span.items()},
+                    coverage={k: 1.0 - v / max(self.total_sq, EPS) for k, v in self.residual.items()})
+
+
+def orthonormal_basis(U: torch.Tensor) -> torch.Tensor:
+    """Orthonormal basis of span(U) [d, n] (rank-revealing through the SVD)."""
+    Q, S, _ = torch.linalg.svd(U.double(), full_matrices=False)
+    return Q[:, : int((S > 1e-9 * S.max()).sum())]
+
+
+def best_direction_residuals(h: torch.Tensor, U: torch.Tensor, best: int = COVERAGE_BEST) -> torch.Tensor:
+    """[m] ‖h_t − D_t c_t‖² for the least-squares fit of each row h_t on its ``best`` directions of U
+    [d, n] with the largest |cos| to it (all of them when n ≤ best)."""
+    U = U.double()
+    if U.shape[1] <= best:
+        D = U.expand(len(h), *U.shape)
+    else:
+        picked = (h.double() @ U).abs().topk(best, dim=-1).indices  # [m, best]; U's columns are unit
+        D = U.T[picked].transpose(1, 2)  # [m, d, best]
+    c = torch.linalg.lstsq(D, h.double()[..., None]).solution
+    return ((h.double()[..., None] - D @ c) ** 2).sum((1, 2))
+
+
+class SiteStatistics:
+    """Plans for every stream, the one pass over a ``TokenSample``, and the results."""
+
+    def __init__(self, model, plans: list[StreamPlan], seed: int = 0):
+        self.model, self.plans = model, plans
+        self.streams = {p.name: _Stream(p, _stream_width(model, p), seed) for p in plans}
+        self.effective_fits: dict[str, dict] = {}
+
+    # --- hooks ----------------------------------------------------------------------------------------------
+
+    def _hook_names(self) -> set[str]:
+        names = set()
+        for p in self.plans:
+            layer = p.site.layer
+            if p.kind == "mlp.up~eff":
+                names |= {f"blocks.{layer}.mlp.out.hook_in", f"blocks.{layer}.mlp.gate.hook_out"}
+            elif p.kind == "attn.v~eff":
+                names |= {f"blocks.{layer}.attn.v.hook_in", f"blocks.{layer}.attn.o.hook_in"}
+            else:
+                names.add(p.site.output_hook)
+        return names
+
+    def _values(self, plan: StreamPlan, got: dict) -> torch.Tensor:
+        layer = plan.site.layer
+        if plan.kind == "mlp.up~eff":
+            return got[f"blocks.{layer}.mlp.out.hook_in"]
+        if plan.kind == "attn.v~eff":
+            return gqa_average(self.model, got[f"blocks.{layer}.attn.o.hook_in"])
+        return got[plan.site.output_hook]
+
+    def run(self, sample: TokenSample, batch: int = 8, progress: bool = True) -> None:
+        """The single pass: fit half, then effective/PCA fits, then score half (each sequence once)."""
+        halves = sample.halves()
+        by_sequence = {**halves["fit"], **halves["score"]}
+        names = self._hook_names()
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=len(by_sequence), desc="corpus pass (all sites, all layers)")
+        for phase, positions in halves.items():
+            if phase == "score":
+                self._between_halves()
+            sequences = sorted(positions)
+            for start in range(0, len(sequences), batch):
+                chunk = sequences[start: start + batch]
+                got = self._forward(sample, chunk, by_sequence, names)
+                for plan in self.plans:
+                    h = self._values(plan, got).double()
+                    if phase == "fit":
+                        self.streams[plan.name].fit(h)
+                        self._fit_effective(plan, got)
+                    else:
+                        self.streams[plan.name].score(h)
+                if bar is not None:
+                    bar.update(len(chunk))
+        if bar is not None:
+            bar.close()
+
+    def _forward(self, sample, chunk, by_sequence, names) -> dict[str, torch.Tensor]:
+        sequences = [sample.sequences[i] for i in chunk]
+        length = max(len(s) for s in sequences)
+        tokens = torch.zeros(len(chunk), length, dtype=torch.long)
+        for row, s in enumerate(sequences):
+            tokens[row, : len(s)] = s
+        rows = torch.cat([torch.full((len(by_sequence[i]),), r) for r, i in enumerate(chunk)])
+        cols = torch.cat([torch.tensor(by_sequence[i]) for i in chunk])
+        got = {}
+
+        def grab(value, hook):
+            got[hook.name] = value[rows, cols].reshape(len(rows), -1).detach()
+            return value
+        with torch.no_grad(), self.model.bridge.hooks(fwd_hooks=[(n, grab) for n in names]):
+            self.model.body(input_ids=tokens)
+        return got
+
+    def _fit_effective(self, plan: StreamPlan, got: dict) -> None:
+        layer, fits = plan.site.layer, self.effective_fits.setdefault(plan.name, {})
+        if plan.kind == "mlp.up~eff":
+            act = activation(self.model)(got[f"blocks.{layer}.mlp.gate.hook_out"].double())
+            fits["gate_sum"] = fits.get("gate_sum", 0) + act.sum(0)
+            fits["n"] = fits.get("n", 0) + len(act)
+        elif plan.kind == "attn.v~eff":
+            x = got[f"blocks.{layer}.attn.v.hook_in"].double()
+            y = gqa_average(self.model, got[f"blocks.{layer}.attn.o.hook_in"]).double()
+            fits["XtX"] = fits.get("XtX", 0) + x.T @ x
+            fits["XtY"] = fits.get("XtY", 0) + x.T @ y
+
+    def _between_halves(self) -> None:
+        for plan in self.plans:
+            stream = self.streams[plan.name]
+            if plan.pca_count:
+                plan.sets["pca"] = stream.pca()
+            if plan.effective is not None:
+                effective_sets(self.model, plan, self.effective_fits.get(plan.name, {}))
+
+    def results(self) -> dict[str, dict]:
+        return {name: stream.results() for name, stream in self.streams.items()}
+
+
+def gqa_average(model, o_input: torch.Tensor) -> torch.Tensor:
+    """[m, H·dh] o_proj input → [m, G·dh]: the mean over the query heads that share each KV head."""
+    H, G, dh = model.n_heads, model.n_kv_heads, model.d_head
+    return o_input.reshape(len(o_input), G, H // G, dh).mean(2).reshape(len(o_input), G * dh)
+
+
+def activation(model):
+    from transformers.activations import ACT2FN
+
+    return ACT2FN[getattr(model.config, "hidden_activation", None) or model.config.hidden_act]
+
+
+def effective_matrix(model, plan: StreamPlan, fits: dict) -> torch.Tensor:
+    """The effective-path matrix of ``plan`` from its fit-half statistics."""
+    if plan.kind == "mlp.up~eff":
+        if not fits:
+            raise ValueError(f"{plan.name}: no fit-half tokens to estimate the mean gate activation")
+        return gated_up_matrix(site_matrix(model, plan.site), fits["gate_sum"] / fits["n"])
+    if not fits:
+        raise ValueError(f"{plan.name}: no fit-half tokens for the ridge map")
+    return ridge_map(fits["XtX"], fits["XtY"])
+
+
+def effective_sets(model, plan: StreamPlan, fits: dict) -> None:
+    """Add an effective stream's weight-based sets, built from its effective matrix after the fit half with
+    the same tiling rules as the plain site: tile, whole-matrix SVD, column sampling, and the tile mounts
+    at every coverage k."""
+    from helpers.tiling import column_sampling, whole_svd
+
+    W = effective_matrix(model, plan, fits)
+    spec = plan.effective
+    tile = tile_svd(W, spec["width"], spec["k"])
+    plan.sets.update(tile=tile, whole=whole_svd(W, len(tile)), columns=column_sampling(W, len(tile), spec["seed"]))
+    for k in spec.get("coverage_ks", ()):
+        plan.coverage_sets[f"tile_k{k}"] = tile_svd(W, spec["width"], k)
+
+
+def _stream_width(model, plan: StreamPlan) -> int:
+    if plan.kind == "attn.v~eff":
+        return model.n_kv_heads * model.d_head
+    if plan.kind == "mlp.up~eff":
+        return model.d_mlp
+    return site_matrix(model, plan.site).shape[0]
+

@@ -1,0 +1,121 @@
+"""Paper 2's sites: the seven linear maps of every layer (METHODS.md section 2.1), for every architecture.
+
+A site is one map y = W x (+ b) with W [d_out, d_in] (the ``nn.Linear`` convention; paper 2 tiles the
+columns, i.e. the input dimensions). Its output ΔH is read at the bridge's hook after the map: for the
+residual sites (``attn.o``, ``mlp.down``) that is before any post-sublayer norm. Steering (check C) adds
+after that norm, where the residual stream receives the write: ``ln1_post`` / ``ln2_post`` for Gemma, the
+map's own output where there is no post norm.
+
+Negative controls change the weights in place: ``randomise_weights`` (every parameter re-drawn from the
+architecture's initialiser, seeded) and ``permute_site_columns`` (each site's input columns shuffled).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from helpers.weights import raw_layer_weights
+
+SITES = ("attn.q", "attn.k", "attn.v", "attn.o", "mlp.gate", "mlp.up", "mlp.down")
+RESIDUAL_SITES = ("attn.o", "mlp.down")
+PAPER_WIDTHS = {"mlp.down": 512, "attn.o": 512, "mlp.gate": 512, "mlp.up": 512, "attn.q": 128, "attn.k": 256,
+                "attn.v": 256}
+HOOKS = {"attn.q": "attn.q", "attn.k": "attn.k", "attn.v": "attn.v", "attn.o": "attn.o", "mlp.gate": "mlp.gate",
+         "mlp.up": "mlp.in", "mlp.down": "mlp.out"}
+POST_NORMS = {"attn.o": "ln1_post", "mlp.down": "ln2_post"}
+
+
+@dataclass(frozen=True)
+class Site:
+    layer: int
+    name: str
+
+    @property
+    def output_hook(self) -> str:
+        return f"blocks.{self.layer}.{HOOKS[self.name]}.hook_out"
+
+    @property
+    def input_hook(self) -> str:
+        return f"blocks.{self.layer}.{HOOKS[self.name]}.hook_in"
+
+    @property
+    def residual(self) -> bool:
+        return self.name in RESIDUAL_SITES
+
+    def __str__(self) -> str:
+        return f"L{self.layer} {self.name}"
+
+
+def all_sites(model, layers=None, names=SITES) -> list[Site]:
+    layers = range(model.n_layers) if layers is None else layers
+    for name in names:
+        if name not in SITES:
+            raise ValueError(f"site {name!r} is not one of {SITES}")
+    return [Site(layer, name) for layer in layers for name in names if name != "mlp.gate" or _gated(model)]
+
+
+def _gated(model) -> bool:
+    return model.architecture != "gpt2"
+
+
+def site_matrix(model, site: Site) -> torch.Tensor:
+    """W [d_out, d_in] of the site, as the checkpoint has it (float32). For GQA models ``attn.k`` and
+    ``attn.v`` have one block of rows per key/value head."""
+    w = raw_layer_weights(model, site.layer)
+    H, G = model.n_heads, model.n_kv_heads
+    first_of_group = torch.arange(0, H, H // G)  # one query head per KV head: its (repeated) K/V weights
+
+    def heads(W):  # [n, d, dh] -> [n*dh, d]
+        return W.transpose(1, 2).reshape(-1, W.shape[1])
+    matrices = {
+        "attn.q": lambda: heads(w.W_Q),
+        "attn.k": lambda: heads(w.W_K[first_of_group]),
+        "attn.v": lambda: heads(w.W_V[first_of_group]),
+        "attn.o": lambda: w.W_O.reshape(-1, w.W_O.shape[-1]).T,
+        "mlp.gate": lambda: w.W_gate.T,
+        "mlp.up": lambda: w.W_in.T,
+        "mlp.down": lambda: w.W_out.T,
+    }
+    return matrices[site.name]().float().contiguous()
+
+
+def steer_hook(model, site: Site) -> str:
+    """Where check C adds α·u: after the post-sublayer norm (Gemma), else the site's output."""
+    if not site.residual:
+        raise ValueError(f"{site} is not a residual site {RESIDUAL_SITES}: check C steers residual writes only")
+    post = f"blocks.{site.layer}.{POST_NORMS[site.name]}.hook_out"
+    return post if post in model.bridge.hook_dict else site.output_hook
+
+
+def _linear(model, site: Site) -> torch.nn.Module:
+    block = model.bridge.blocks[site.layer]
+    part, name = HOOKS[site.name].split(".")
+    return getattr(getattr(block, part), name)
+
+
+def randomise_weights(model, seed: int) -> None:
+    """Negative control: every parameter of the model re-drawn by its architecture's initialiser (seeded)."""
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        model.hf_model.apply(model.hf_model._init_weights)
+        for module in model.hf_model.modules():  # norms: the initialiser leaves them at their defaults
+            if "norm" in type(module).__name__.lower() and getattr(module, "weight", None) is not None:
+                module.weight.normal_(0.0, 0.02).add_(0.0 if _one_plus(model) else 1.0)
+
+
+def _one_plus(model) -> bool:
+    return model.architecture in ("gemma2", "gemma3_text")
+
+
+def permute_site_columns(model, seed: int, sites: list[Site] | None = None) -> None:
+    """Negative control: each site's input columns shuffled (a fresh permutation per site, seeded)."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for site in sites or all_sites(model):
+            linear = _linear(model, site)
+            weight = linear.original_component.weight if hasattr(linear, "original_component") else linear.weight
+            transposed = model.architecture == "gpt2"  # Conv1D stores [d_in, d_out]
+            n_in = weight.shape[0] if transposed else weight.shape[1]
+            order = torch.randperm(n_in, generator=generator)
+            weight.copy_(weight[order] if transposed else weight[:, order])

@@ -1,0 +1,121 @@
+"""Mounts and their baselines (METHODS.md sections 2.1, 2.2): sets of unit write directions of one site.
+
+A mount is (v = trigger on a column tile, u = unit write direction, σ) from the SVD of a column tile
+B_t = W[:, tile] of W [d_out, d_in]. Baselines at matched count n: whole-matrix SVD, column sampling ∝
+column norm, random unit directions, PCA of the site's writes (data-aware, from ``site_statistics``),
+random column partitions of the same widths (tests whether contiguity matters). Effective-path matrices
+for ``mlp.up`` and ``attn.v`` are built here from statistics fitted on half of the tokens.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class Mounts:
+    """``U`` [d_out, n] unit write directions; ``S`` [n] singular values (NaN where not an SVD);
+    ``tile`` [n] index of the tile (−1 where none)."""
+
+    U: torch.Tensor
+    S: torch.Tensor
+    tile: torch.Tensor
+
+    def __len__(self) -> int:
+        return self.U.shape[1]
+
+    def top(self, n: int) -> "Mounts":
+        return Mounts(self.U[:, :n], self.S[:n], self.tile[:n])
+
+
+def tile_bounds(d_in: int, width: int) -> list[tuple[int, int]]:
+    """Contiguous column tiles of ``width`` (the last one shorter when ``width`` does not divide ``d_in``)."""
+    if width <= 0:
+        raise ValueError(f"tile width must be positive, got {width}")
+    return [(start, min(start + width, d_in)) for start in range(0, d_in, width)]
+
+
+def tile_svd(W: torch.Tensor, width: int, k: int, columns: torch.Tensor | None = None) -> Mounts:
+    """Top-``k`` left singular vectors of every column tile (ordered by tile, then by σ). ``columns``
+    reorders the columns first (a random partition when it is a random permutation)."""
+    W = W.double() if columns is None else W.double()[:, columns]
+    us, ss, tiles = [], [], []
+    for index, (start, end) in enumerate(tile_bounds(W.shape[1], width)):
+        U, S, _ = torch.linalg.svd(W[:, start:end], full_matrices=False)
+        keep = min(k, len(S))
+        us.append(_canonical(U[:, :keep]))
+        ss.append(S[:keep])
+        tiles.append(torch.full((keep,), index))
+    return Mounts(torch.cat(us, 1), torch.cat(ss), torch.cat(tiles))
+
+
+def random_partition_svd(W: torch.Tensor, width: int, k: int, seed: int) -> Mounts:
+    """Tile SVD over a random partition of the columns into groups of the same widths."""
+    order = torch.randperm(W.shape[1], generator=torch.Generator().manual_seed(seed))
+    return tile_svd(W, width, k, columns=order)
+
+
+def whole_svd(W: torch.Tensor, n: int) -> Mounts:
+    U, S, _ = torch.linalg.svd(W.double(), full_matrices=False)
+    n = min(n, len(S))
+    return Mounts(_canonical(U[:, :n]), S[:n], torch.full((n,), -1))
+
+
+def column_sampling(W: torch.Tensor, n: int, seed: int) -> Mounts:
+    """``n`` distinct columns drawn with probability ∝ their norm, normalised."""
+    norms = W.double().norm(dim=0)
+    n = min(n, int((norms > 0).sum()))
+    picked = torch.multinomial(norms, n, replacement=False, generator=torch.Generator().manual_seed(seed))
+    columns = W.double()[:, picked]
+    return Mounts(columns / columns.norm(dim=0, keepdim=True), torch.full((n,), float("nan")), torch.full((n,), -1))
+
+
+def random_directions(d_out: int, n: int, seed: int) -> Mounts:
+    g = torch.randn(d_out, n, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    return Mounts(g / g.norm(dim=0, keepdim=True), torch.full((n,), float("nan")), torch.full((n,), -1))
+
+
+def top_eigenvectors(M: torch.Tensor, n: int) -> Mounts:
+    """PCA baseline: the top-``n`` eigenvectors of a symmetric PSD matrix (e.g. the writes' normalised
+    second moment), with their eigenvalues as S."""
+    values, vectors = torch.linalg.eigh(M.double())
+    order = values.argsort(descending=True)[:n]
+    return Mounts(_canonical(vectors[:, order]), values[order], torch.full((len(order),), -1))
+
+
+def frobenius_coverage(W: torch.Tensor, width: int, k: int) -> float:
+    """Fraction of ‖W‖²_F kept by rank-``k`` approximations of every column tile."""
+    W = W.double()
+    kept = sum(float((torch.linalg.svdvals(W[:, s:e])[:k] ** 2).sum()) for s, e in tile_bounds(W.shape[1], width))
+    return kept / float((W ** 2).sum())
+
+
+def mean_abs_cosine(U: torch.Tensor) -> float:
+    """Mean |cos| over distinct pairs of columns (redundancy of a mount set)."""
+    n = U.shape[1]
+    if n < 2:
+        return float("nan")
+    G = (U.T @ U).abs()
+    return float((G.sum() - G.diagonal().sum()) / (n * (n - 1)))
+
+
+def gated_up_matrix(W_up: torch.Tensor, mean_gate_activation: torch.Tensor) -> torch.Tensor:
+    """Effective ``mlp.up``: diag(ḡ) W_up with ḡ = max(0, mean act(gate)) per hidden unit."""
+    return mean_gate_activation.clamp_min(0).double()[:, None] * W_up.double()
+
+
+def ridge_map(XtX: torch.Tensor, XtY: torch.Tensor, ridge: float = 1e-3) -> torch.Tensor:
+    """Effective ``attn.v``: the ridge regression Y ≈ X R from the sums XᵀX [d_in, d_in], XᵀY [d_in, d_out]
+    (λ scaled by the mean diagonal of XᵀX); returns Rᵀ [d_out, d_in], a matrix with the site's shape."""
+    XtX = XtX.double()
+    lam = ridge * float(XtX.diagonal().mean())
+    R = torch.linalg.solve(XtX + lam * torch.eye(len(XtX), dtype=XtX.dtype), XtY.double())
+    return R.T
+
+
+def _canonical(U: torch.Tensor) -> torch.Tensor:
+    """Largest-|·| entry of each column positive."""
+    sign = torch.sign(U.gather(0, U.abs().argmax(0, keepdim=True)))
+    sign[sign == 0] = 1
+    return U * sign
