@@ -64,17 +64,19 @@ def build_plans(model, sites: list[Site], thresholds: dict, widths: dict = PAPER
     for site in sites:
         W = site_matrix(model, site)
         width = widths[site.name]
-        tile = tile_svd(W, width, k)
+        tiles = tile_svd(W, width, max(k, *ks))  # every k below is a slice of these
+        tile = tiles.per_tile(k)
         n = len(tile)
         sets = dict(tile=tile, whole=whole_svd(W, n), columns=column_sampling(W, n, seed),
                     random=random_directions(W.shape[0], n, seed + 1), random_partition=random_partition_svd(W, width, k, seed))
         coverage = {}
         for kk in ks:
-            mounts = tile_svd(W, width, kk)
+            mounts = tiles.per_tile(kk)
             coverage[f"tile_k{kk}"] = mounts
             coverage[f"random_k{kk}"] = random_directions(W.shape[0], len(mounts), seed + 100 + kk)
         plans.append(StreamPlan(site, site.name, sets, coverage, pca_count=n))
-        if effective and site.name in EFFECTIVE:
+        if effective and site.name in EFFECTIVE and (site.name != "mlp.up" or model.architecture != "gpt2"):
+            # mlp.up's effective path weights the up map by the gate: GPT-2's MLP has no gate
             d_eff = model.d_mlp if site.name == "mlp.up" else model.n_kv_heads * model.d_head
             random_cov = {f"random_k{kk}": random_directions(d_eff, len(coverage[f"tile_k{kk}"]), seed + 100 + kk)
                           for kk in ks}
@@ -150,12 +152,18 @@ def lens(model, directions: torch.Tensor) -> torch.Tensor:
     return (u * gain) @ model.hf_model.lm_head.weight.detach().double().T
 
 
-def spearman(a: torch.Tensor, b: torch.Tensor) -> float:
-    """Spearman ρ of two vectors (ranks; ties broken by order, negligible over a vocabulary)."""
-    ra = a.argsort().argsort().double()
-    rb = b.argsort().argsort().double()
-    ra, rb = ra - ra.mean(), rb - rb.mean()
-    return float((ra * rb).sum() / (ra.norm() * rb.norm()))
+def centred_ranks(x: torch.Tensor) -> torch.Tensor:
+    """Ranks of x (one sort; ties broken by order, negligible over a vocabulary), centred, unit norm."""
+    order = x.float().argsort()
+    r = torch.empty(len(x), dtype=torch.float64)
+    r[order] = torch.arange(len(x), dtype=torch.float64)
+    r -= r.mean()
+    return r / r.norm()
+
+
+def spearman(a: torch.Tensor, b: torch.Tensor | None = None, b_ranks: torch.Tensor | None = None) -> float:
+    """Spearman ρ of two vectors; pass ``b_ranks`` (``centred_ranks(b)``) to reuse them."""
+    return float(centred_ranks(a) @ (centred_ranks(b) if b_ranks is None else b_ranks))
 
 
 def top_jaccard(a: torch.Tensor, b: torch.Tensor, top: int = 20) -> float:
@@ -201,7 +209,8 @@ def steered_change(model, site: Site, u: torch.Tensor, alpha: float, texts: Stee
 def bootstrap_rho(change: torch.Tensor, prediction: torch.Tensor, n_boot: int, seed: int) -> tuple[float, float]:
     """95 % interval of ρ(mean over resampled texts of the change, prediction)."""
     generator = torch.Generator().manual_seed(seed)
-    values = [spearman(change[torch.randint(len(change), (len(change),), generator=generator)].mean(0), prediction)
+    ranks = centred_ranks(prediction)
+    values = [spearman(change[torch.randint(len(change), (len(change),), generator=generator)].mean(0), b_ranks=ranks)
               for _ in range(n_boot)]
     return float(np.percentile(values, 2.5)), float(np.percentile(values, 97.5))
 
@@ -230,9 +239,10 @@ def check_c(model, plans: list[StreamPlan], texts: SteerTexts, thresholds: dict,
             row[f"rho_{name}"] = spearman(mean, prediction)
             row[f"rho_{name}_low"], row[f"rho_{name}_high"] = bootstrap_rho(change, prediction, t["bootstrap"], seed)
             row[f"jaccard_{name}"] = top_jaccard(mean, prediction, t["top"])
+        tile_ranks = centred_ranks(predictions[0])
         for alpha in t["dose_alphas"]:
             change = steered_change(model, plan.site, directions["tile"], alpha, texts, base).mean(0)
-            dose.append(dict(layer=plan.site.layer, site=plan.kind, alpha=alpha, rho=spearman(change, predictions[0]),
+            dose.append(dict(layer=plan.site.layer, site=plan.kind, alpha=alpha, rho=spearman(change, b_ranks=tile_ranks),
                              jaccard=top_jaccard(change, predictions[0], t["top"]), size=float(change.norm())))
         judged = plan.site.layer >= t["min_layer"]
         row["C1"] = (row["rho_tile"] >= t["rho"] or row["jaccard_tile"] >= t["jaccard"]) if judged else None
@@ -268,7 +278,7 @@ class Sweep:
 
 
 def sweep(model, sample, thresholds: dict, layers=None, sites=None, n_texts: int = 16, seed: int = 0,
-          batch: int = 8, progress: bool = True, label: str = "model") -> Sweep:
+          batch: int = 16, progress: bool = True, label: str = "model") -> Sweep:
     """All sites × layers × A, B, C for one model: one corpus pass, then the steering runs."""
     chosen = all_sites(model, layers, sites) if sites else all_sites(model, layers)
     plans = build_plans(model, chosen, thresholds, seed=seed)
@@ -286,3 +296,85 @@ def sweep(model, sample, thresholds: dict, layers=None, sites=None, n_texts: int
 
 def thresholds_fingerprint(thresholds: dict) -> str:
     return hashlib.sha256(json.dumps(thresholds, sort_keys=True).encode()).hexdigest()[:12]
+
+
+# --- negative controls and coverage curves ----------------------------------------------------------------
+
+CHECKS = ("A1", "A2", "A4", "B1", "C1")
+
+
+CONTROLS = ("random-init", "permuted")
+
+
+def control_model(name: str, control: str, seed: int = 0, device: str = "cpu"):
+    """A negative control of a registry model: every weight re-drawn (``random-init``) or each site's
+    input columns permuted (``permuted``); loaded fresh, so the real model is untouched."""
+    from helpers.models import load_model
+    from helpers.sites import permute_site_columns, randomise_weights
+
+    if control not in CONTROLS:
+        raise ValueError(f"control={control!r} is not one of {CONTROLS}")
+    model = load_model(name, processing="raw", device=device)
+    (randomise_weights if control == "random-init" else permute_site_columns)(model, seed)
+    return model
+
+
+def pass_rates(sweeps: dict[str, Sweep]) -> pd.DataFrame:
+    """Fraction of judged site-layers passing each check, per site and model/control (columns: labels)."""
+    rows = []
+    for label, result in sweeps.items():
+        v = result.verdicts()
+        for site, group in v.groupby("site", sort=False):
+            for check in (*CHECKS, "pass"):
+                judged = group[check].dropna() if check == "C1" else group[check]
+                judged = judged[judged.map(lambda x: x is not None)]
+                if len(judged):
+                    rows.append(dict(site=site, check=check, label=label, rate=float(judged.astype(bool).mean()),
+                                     judged=len(judged)))
+    table = pd.DataFrame(rows).pivot_table(index=["site", "check"], columns="label", values="rate", sort=False)
+    return table
+
+
+def uninformative(rates: pd.DataFrame, real: str = "model", controls=("random-init", "permuted")) -> pd.DataFrame:
+    """Checks that some negative control passes at least as often as the real model (and at all)."""
+    present = [c for c in controls if c in rates.columns]
+    flags = pd.Series(False, index=rates.index)
+    for control in present:
+        flags |= (rates[control] >= rates[real]) & (rates[control] > 0)
+    return rates.assign(uninformative=flags)
+
+
+def coverage_sweep(model, sample, layers, widths=(64, 128, 256, 512, 1024), ks=(1, 2, 4, 8, 16), k_width: int = 2,
+                   seed: int = 0, batch: int = 8, progress: bool = True) -> pd.DataFrame:
+    """Coverage (B) of tile mounts vs k at the paper's widths and vs tile width at ``k_width``, against
+    random column partitions of the same widths and random directions of the same count; Frobenius weight
+    coverage beside each. One corpus pass for all of it. One row per (layer, site, variable, value)."""
+    plans, meta = [], []
+    for site in all_sites(model, layers):
+        W = site_matrix(model, site)
+        coverage, entries = {}, []
+        for k in ks:
+            entries.append(("k", k, PAPER_WIDTHS[site.name], k))
+        for w in sorted({w for w in widths if w < W.shape[1]} | {W.shape[1]}):  # d_in: the whole matrix as one tile
+            entries.append(("width", w, w, k_width))
+        by_width = {}
+        for variable, value, width, k in entries:
+            key = f"{variable}{value}"
+            if width not in by_width:
+                by_width[width] = tile_svd(W, width, max(max(ks), k_width))
+            tile = by_width[width].per_tile(k)
+            coverage[f"tile_{key}"] = tile
+            coverage[f"partition_{key}"] = random_partition_svd(W, width, k, seed)
+            coverage[f"random_{key}"] = random_directions(W.shape[0], len(tile), seed + 7)
+            meta.append(dict(layer=site.layer, site=site.name, variable=variable, value=value, width=width, k=k,
+                             directions=len(tile), frobenius=frobenius_coverage(W, width, k)))
+        plans.append(StreamPlan(site, site.name, {"random": random_directions(W.shape[0], 1, seed)}, coverage))
+    stats = SiteStatistics(model, plans, seed=seed)
+    stats.run(sample, batch=batch, progress=progress)
+    results = stats.results()
+    rows = []
+    for m in meta:
+        cov = results[f"L{m['layer']} {m['site']}"]["coverage"]
+        key = f"{m['variable']}{m['value']}"
+        rows.append(dict(**m, tile=cov[f"tile_{key}"], partition=cov[f"partition_{key}"], random=cov[f"random_{key}"]))
+    return pd.DataFrame(rows)

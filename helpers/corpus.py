@@ -38,9 +38,9 @@ def _paragraphs(text: str) -> list[str]:
     out = []
     for block in re.split(r"\n\s*\n", text):
         lines = [line for line in block.splitlines() if line.strip()]
-        if not lines or any(line.startswith((" ", "\t")) for line in lines):
-            continue
-        if all(set(line.strip()) <= set("*=-~^#") for line in lines[1:]) and len(lines) <= 3:
+        if not lines or any(line.startswith((" ", "\t", ">>>", "...")) for line in lines):
+            continue  # code, grammar and interactive sessions
+        if 2 <= len(lines) <= 3 and all(set(line.strip()) <= set("*=-~^#") for line in lines[1:]):
             continue  # a heading with its underline
         out.append(" ".join(line.strip() for line in lines))
     return out

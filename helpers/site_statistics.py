@@ -23,7 +23,7 @@ import torch
 
 from helpers.corpus import TokenSample
 from helpers.sites import Site, site_matrix
-from helpers.tiling import Mounts, gated_up_matrix, ridge_map, tile_svd, top_eigenvectors
+from helpers.tiling import Mounts, canonical_signs, gated_up_matrix, ridge_map, tile_svd
 
 EPS = 1e-12
 COVERAGE_BEST = 8
@@ -78,10 +78,10 @@ class _Stream:
         B = omega.T @ Y_nu
         C = torch.linalg.cholesky(0.5 * (B + B.T))
         F = torch.linalg.solve_triangular(C, Y_nu.T, upper=False).T  # Y_nu C⁻ᵀ
-        U, S, _ = torch.linalg.svd(F, full_matrices=False)
-        values = (S ** 2 - nu).clamp_min(0)
-        approx = (U * values) @ U.T
-        return top_eigenvectors(approx, self.plan.pca_count)
+        U, S, _ = torch.linalg.svd(F, full_matrices=False)  # M ≈ U diag(S² − ν) Uᵀ, S descending
+        n = self.plan.pca_count
+        values = (S[:n] ** 2 - nu).clamp_min(0)
+        return Mounts(canonical_signs(U[:, :n]), values, torch.full((len(values),), -1))
 
     def score(self, h: torch.Tensor) -> None:
         h = h.double()
@@ -257,10 +257,12 @@ def effective_sets(model, plan: StreamPlan, fits: dict) -> None:
 
     W = effective_matrix(model, plan, fits)
     spec = plan.effective
-    tile = tile_svd(W, spec["width"], spec["k"])
+    ks = spec.get("coverage_ks", ())
+    tiles = tile_svd(W, spec["width"], max([spec["k"], *ks]))
+    tile = tiles.per_tile(spec["k"])
     plan.sets.update(tile=tile, whole=whole_svd(W, len(tile)), columns=column_sampling(W, len(tile), spec["seed"]))
-    for k in spec.get("coverage_ks", ()):
-        plan.coverage_sets[f"tile_k{k}"] = tile_svd(W, spec["width"], k)
+    for k in ks:
+        plan.coverage_sets[f"tile_k{k}"] = tiles.per_tile(k)
 
 
 def _stream_width(model, plan: StreamPlan) -> int:

@@ -113,9 +113,10 @@ def permute_site_columns(model, seed: int, sites: list[Site] | None = None) -> N
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for site in sites or all_sites(model):
-            linear = _linear(model, site)
-            weight = linear.original_component.weight if hasattr(linear, "original_component") else linear.weight
-            transposed = model.architecture == "gpt2"  # Conv1D stores [d_in, d_out]
+            module = _linear(model, site)
+            module = getattr(module, "original_component", module)
+            weight = module.weight
+            transposed = type(module).__name__ == "Conv1D"  # GPT-2's Conv1D stores [d_in, d_out]
             n_in = weight.shape[0] if transposed else weight.shape[1]
             order = torch.randperm(n_in, generator=generator)
             weight.copy_(weight[order] if transposed else weight[:, order])

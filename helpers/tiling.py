@@ -28,6 +28,15 @@ class Mounts:
     def top(self, n: int) -> "Mounts":
         return Mounts(self.U[:, :n], self.S[:n], self.tile[:n])
 
+    def per_tile(self, k: int) -> "Mounts":
+        """The first ``k`` mounts of every tile (tile SVDs are computed once at the largest k)."""
+        rank = torch.zeros_like(self.tile)
+        for t in self.tile.unique():
+            where = (self.tile == t).nonzero().flatten()
+            rank[where] = torch.arange(len(where))
+        keep = rank < k
+        return Mounts(self.U[:, keep], self.S[keep], self.tile[keep])
+
 
 def tile_bounds(d_in: int, width: int) -> list[tuple[int, int]]:
     """Contiguous column tiles of ``width`` (the last one shorter when ``width`` does not divide ``d_in``)."""
@@ -44,7 +53,7 @@ def tile_svd(W: torch.Tensor, width: int, k: int, columns: torch.Tensor | None =
     for index, (start, end) in enumerate(tile_bounds(W.shape[1], width)):
         U, S, _ = torch.linalg.svd(W[:, start:end], full_matrices=False)
         keep = min(k, len(S))
-        us.append(_canonical(U[:, :keep]))
+        us.append(canonical_signs(U[:, :keep]))
         ss.append(S[:keep])
         tiles.append(torch.full((keep,), index))
     return Mounts(torch.cat(us, 1), torch.cat(ss), torch.cat(tiles))
@@ -59,7 +68,7 @@ def random_partition_svd(W: torch.Tensor, width: int, k: int, seed: int) -> Moun
 def whole_svd(W: torch.Tensor, n: int) -> Mounts:
     U, S, _ = torch.linalg.svd(W.double(), full_matrices=False)
     n = min(n, len(S))
-    return Mounts(_canonical(U[:, :n]), S[:n], torch.full((n,), -1))
+    return Mounts(canonical_signs(U[:, :n]), S[:n], torch.full((n,), -1))
 
 
 def column_sampling(W: torch.Tensor, n: int, seed: int) -> Mounts:
@@ -81,7 +90,7 @@ def top_eigenvectors(M: torch.Tensor, n: int) -> Mounts:
     second moment), with their eigenvalues as S."""
     values, vectors = torch.linalg.eigh(M.double())
     order = values.argsort(descending=True)[:n]
-    return Mounts(_canonical(vectors[:, order]), values[order], torch.full((len(order),), -1))
+    return Mounts(canonical_signs(vectors[:, order]), values[order], torch.full((len(order),), -1))
 
 
 def frobenius_coverage(W: torch.Tensor, width: int, k: int) -> float:
@@ -114,7 +123,7 @@ def ridge_map(XtX: torch.Tensor, XtY: torch.Tensor, ridge: float = 1e-3) -> torc
     return R.T
 
 
-def _canonical(U: torch.Tensor) -> torch.Tensor:
+def canonical_signs(U: torch.Tensor) -> torch.Tensor:
     """Largest-|·| entry of each column positive."""
     sign = torch.sign(U.gather(0, U.abs().argmax(0, keepdim=True)))
     sign[sign == 0] = 1

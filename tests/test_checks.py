@@ -1,0 +1,123 @@
+"""Checks A, B, C: thresholds file, verdict rules on constructed statistics, the lens and rank statistics,
+and the whole sweep on a tiny model with its negative control."""
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from helpers.checks import (check_a, check_b, lens, load_thresholds, spearman, steer_texts, steered_change, sweep,
+                            top_jaccard, last_token_logits)
+from helpers.corpus import sample_tokens
+from helpers.models import gpt2_tokenizer, load_model
+from helpers.site_statistics import StreamPlan
+from helpers.sites import Site, permute_site_columns
+from helpers.tiling import Mounts, random_directions
+from tests.conftest import cached_model
+
+T = load_thresholds()
+
+
+def test_thresholds_file_is_complete_and_strict(tmp_path):
+    assert T["A"]["a1_margin"] == 0.005 and T["B"]["ks"] == [1, 2, 4, 8, 16] and T["C"]["min_layer"] == 6
+    text = open("data/tiled_svd_thresholds.toml").read()
+    (tmp_path / "missing.toml").write_text(text.replace("a2_tolerance = 0.002", ""))
+    with pytest.raises(ValueError, match="missing \\['a2_tolerance'\\]"):
+        load_thresholds(tmp_path / "missing.toml")
+    (tmp_path / "extra.toml").write_text(text.replace("[B]", "[B]\nsurprise = 1"))
+    with pytest.raises(ValueError, match="unknown \\['surprise'\\]"):
+        load_thresholds(tmp_path / "extra.toml")
+
+
+def fake_stats(site, f_means, effective=False, coverage=None):
+    """Statistics whose per-set mean f is given (each set has 2 directions)."""
+    sets = {name: Mounts(torch.eye(4, dtype=torch.float64)[:, :2], torch.ones(2), torch.zeros(2)) for name in f_means}
+    plan = StreamPlan(site, site.name + ("~eff" if effective else ""), sets,
+                      effective=dict(width=2, k=2, seed=0) if effective else None)
+    results = {plan.name: dict(f={k: torch.full((2,), v, dtype=torch.float64) for k, v in f_means.items()},
+                               span={k: v for k, v in f_means.items()}, coverage=coverage or {},
+                               tokens=dict(fit=10, score=10))}
+    return SimpleNamespace(plans=[plan], results=lambda: results)
+
+
+@pytest.mark.parametrize("tile,columns,whole,residual,expected", [
+    (0.106, 0.100, 0.100, True, (True, True, True)),   # tile lift 0.1 > 0.005, ≥ columns, ≥ whole
+    (0.104, 0.100, 0.100, True, (False, True, True)),  # lift 0.004: A1 fails
+    (0.150, 0.160, 0.100, True, (True, False, True)),  # columns beat tile by 0.01 > 0.002: A2 fails
+    (0.150, 0.100, 0.300, True, (True, True, False)),  # whole far ahead: lift ratio 0.05/0.2 < 0.8, A4 fails
+    (0.150, 0.100, 0.300, False, (True, True, False)),  # non-residual: ratio 0.25 < 0.7
+    (0.150, 0.100, 0.164, False, (True, True, True)),  # non-residual: ratio 0.05/0.064 = 0.78 ≥ 0.7
+])
+def test_rule_a_on_constructed_lifts(tile, columns, whole, residual, expected):
+    site = Site(3, "attn.o" if residual else "attn.q")
+    row = check_a(fake_stats(site, dict(tile=tile, columns=columns, whole=whole, random=0.1)), T).iloc[0]
+    assert (row["A1"], row["A2"], row["A4"]) == expected
+    assert row["lift_tile"] == pytest.approx(tile - 0.1)
+
+
+def test_rule_a_effective_margin_is_smaller():
+    row = check_a(fake_stats(Site(0, "mlp.up"), dict(tile=0.103, columns=0.1, whole=0.1, random=0.1), effective=True), T).iloc[0]
+    assert bool(row["A1"])  # 0.003 > 0.002 for effective paths (it would fail the plain 0.005)
+
+
+@pytest.mark.parametrize("lifts,residual,expected", [
+    ([0.30, 0.31, 0.31, 0.32, 0.33], True, True),    # flat, peak ≥ 0.25
+    ([0.10, 0.20, 0.25, 0.30, 0.33], True, False),   # early points far below the peak
+    ([0.20, 0.21, 0.22, 0.22, 0.22], True, False),   # peak below 0.25 for a residual site
+    ([0.20, 0.21, 0.22, 0.22, 0.22], False, True),   # ... enough for another site (0.15)
+    ([0.30, 0.31, 0.40, 0.30, 0.25], False, False),  # last point 0.15 below the peak
+])
+def test_rule_b_on_constructed_coverage(lifts, residual, expected):
+    coverage = {}
+    for k, v in zip(T["B"]["ks"], lifts):
+        coverage[f"tile_k{k}"], coverage[f"random_k{k}"] = 0.5 + v, 0.5
+    site = Site(0, "mlp.down" if residual else "mlp.gate")
+    row = check_b(fake_stats(site, dict(tile=0.1, random=0.1), coverage=coverage), T).iloc[0]
+    assert bool(row["B1"]) == expected and row["peak"] == pytest.approx(max(lifts))
+
+
+def test_rank_statistics():
+    a = torch.tensor([0.1, 3.0, -2.0, 7.0, 0.5], dtype=torch.float64)
+    assert spearman(a, a ** 3) == pytest.approx(1.0) and spearman(a, -a) == pytest.approx(-1.0)
+    # ranks of a: 2 4 1 5 3 against 1 2 3 4 5: Σd² = 14, ρ = 1 − 6·14/(5·24) = 0.3
+    assert spearman(a, torch.tensor([1.0, 2, 3, 4, 5])) == pytest.approx(0.3)
+    assert top_jaccard(a, a, 2) == 1.0 and top_jaccard(a, -a, 2) == 0.0
+
+
+def test_small_steer_at_the_last_layer_follows_gemmas_one_plus_w_lens_not_w():
+    model = cached_model("tiny-gemma3", "raw")
+    with torch.no_grad():  # w and 1 + w point in clearly different directions
+        model.body.norm.weight.normal_(0.0, 0.3, generator=torch.Generator().manual_seed(0))
+    try:
+        sample = sample_tokens(gpt2_tokenizer(), n_tokens=60, max_tokens=16, tokenizer_name="gpt2")
+        texts = steer_texts(sample, n_texts=4)
+        base = last_token_logits(model, texts)
+        u = random_directions(model.d_model, 1, seed=5).U[:, 0]
+        site = Site(model.n_layers - 1, "mlp.down")
+        change = steered_change(model, site, u, 1e-3, texts, base).mean(0)
+        assert float(change.abs().max()) > 0
+        right = spearman(change, lens(model, u[None])[0])
+        weight = model.body.norm.weight.detach().double()
+        wrong = spearman(change, (u.double() * weight) @ model.hf_model.lm_head.weight.detach().double().T)
+        assert right > 0.9 and wrong < right - 0.3
+        assert float(steered_change(model, site, u, 0.0, texts, base).abs().max()) == 0.0
+    finally:
+        cached_model.cache_clear()
+
+
+def test_sweep_runs_every_check_and_a_negative_control_through_the_same_code(tmp_path, monkeypatch):
+    monkeypatch.setenv("SVDIRS_CACHE", str(tmp_path))
+    sample = sample_tokens(gpt2_tokenizer(), n_tokens=200, max_tokens=24, tokenizer_name="gpt2")
+    model = load_model("tiny-gemma3", processing="raw")
+    quick = {**T, "C": {**T["C"], "bootstrap": 5}}
+    real = sweep(model, sample, quick, n_texts=4, progress=False)
+    permute_site_columns(model, seed=0)
+    control = sweep(model, sample, quick, n_texts=4, progress=False, label="permuted")
+    for result in (real, control):
+        verdicts = result.verdicts()
+        assert len(verdicts) == 2 * 7 and set(result.pass_counts()) == {"attn.q", "attn.k", "attn.v", "attn.o",
+                                                                          "mlp.gate", "mlp.up", "mlp.down"}
+        assert set(result.a["site"]) >= {"mlp.up~eff", "attn.v~eff"}
+        assert len(result.c) == 4 and len(result.dose) == 4 * len(T["C"]["dose_alphas"])
+        assert result.c["C1"].isna().all()  # layers below min_layer are not judged
+    assert not real.a["lift_tile"].equals(control.a["lift_tile"])
+    assert control.record["label"] == "permuted"

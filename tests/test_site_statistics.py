@@ -1,0 +1,130 @@
+"""The one-pass statistics against a direct per-site computation, and the A/B quantities on constructed
+cases with known answers."""
+import pytest
+import torch
+
+from helpers.checks import build_plans, load_thresholds
+from helpers.corpus import sample_tokens
+from helpers.models import gpt2_tokenizer
+from helpers.site_statistics import (SiteStatistics, StreamPlan, _Stream, activation, best_direction_residuals,
+                                     effective_matrix, gqa_average, orthonormal_basis)
+from helpers.sites import Site, all_sites
+from helpers.tiling import Mounts, random_directions, ridge_map, tile_svd, top_eigenvectors
+from tests.conftest import cached_model
+
+
+@pytest.fixture(scope="module")
+def sample(tmp_path_factory):
+    import os
+
+    old = os.environ.get("SVDIRS_CACHE")
+    os.environ["SVDIRS_CACHE"] = str(tmp_path_factory.mktemp("cache"))
+    try:
+        return sample_tokens(gpt2_tokenizer(), n_tokens=120, seed=0, max_tokens=16, tokenizer_name="gpt2")
+    finally:
+        if old is None:
+            del os.environ["SVDIRS_CACHE"]
+        else:
+            os.environ["SVDIRS_CACHE"] = old
+
+
+def direct_values(model, sample, half, hook_names):
+    """Oracle: run each sequence of one half on its own and gather the hooks at its sampled positions."""
+    got = {name: [] for name in hook_names}
+    for seq, positions in sorted(sample.halves()[half].items()):
+        with torch.no_grad():
+            _, cache = model.bridge.run_with_cache(sample.sequences[seq][None], names_filter=list(hook_names))
+        for name in hook_names:
+            got[name].append(cache[name][0, positions].reshape(len(positions), -1).double())
+    return {name: torch.cat(v) for name, v in got.items()}
+
+
+def direct_coverage(h, U, best=8):
+    resid = 0.0
+    for row in h:
+        cos = (U.T @ row).abs()
+        idx = cos.argsort(descending=True)[:best] if U.shape[1] > best else torch.arange(U.shape[1])
+        D = U[:, idx]
+        c = torch.linalg.pinv(D) @ row
+        resid += float(((row - D @ c) ** 2).sum())
+    return 1 - resid / float((h ** 2).sum())
+
+
+@pytest.mark.parametrize("name", ["tiny-gemma3", "tiny-gpt2"])
+def test_one_pass_statistics_equal_a_direct_per_site_computation(name, sample):
+    model = cached_model(name, "raw")
+    thresholds = load_thresholds()
+    plans = build_plans(model, all_sites(model, layers=[1]), thresholds, widths={s: 16 for s in
+                        ("attn.q", "attn.k", "attn.v", "attn.o", "mlp.gate", "mlp.up", "mlp.down")})
+    for plan in plans:
+        plan.sketch_width = 10_000  # as wide as d_out: the sketch is exact
+    stats = SiteStatistics(model, plans)
+    stats.run(sample, batch=5, progress=False)
+    results = stats.results()
+    plain = [p for p in plans if p.effective is None]
+    score = direct_values(model, sample, "score", {p.site.output_hook for p in plain})
+    fit = direct_values(model, sample, "fit", {p.site.output_hook for p in plain})
+    for plan in plain:
+        h = score[plan.site.output_hook]
+        weight = 1 / ((h ** 2).sum(-1) + 1e-12)
+        r = results[plan.name]
+        assert r["tokens"]["score"] == len(h) and r["tokens"]["fit"] == len(fit[plan.site.output_hook])
+        for set_name, mounts in plan.sets.items():
+            f = ((h @ mounts.U) ** 2 * weight[:, None]).mean(0)
+            torch.testing.assert_close(r["f"][set_name], f, rtol=1e-6, atol=1e-9)
+            Q = orthonormal_basis(mounts.U)
+            assert r["span"][set_name] == pytest.approx(float((((h @ Q) ** 2).sum(-1) * weight).mean()), rel=1e-6)
+        for set_name in ("tile_k2", "random_k16"):  # fewer and more than 8 directions
+            mounts = plan.coverage_sets[set_name]
+            assert r["coverage"][set_name] == pytest.approx(direct_coverage(h, mounts.U.double()), rel=1e-6, abs=1e-9)
+        g = fit[plan.site.output_hook]
+        unit = g / g.norm(dim=-1, keepdim=True)
+        exact = top_eigenvectors(unit.T @ unit / len(unit), plan.pca_count)
+        torch.testing.assert_close((plan.sets["pca"].U.T @ exact.U).abs().diagonal(),
+                                   torch.ones(plan.pca_count, dtype=torch.float64), rtol=0, atol=1e-6)
+
+
+def test_effective_path_fits_use_the_fit_half_only(sample):
+    model = cached_model("tiny-gemma3", "raw")
+    plans = [p for p in build_plans(model, [Site(0, "mlp.up"), Site(0, "attn.v")], load_thresholds(), k=2)
+             if p.effective is not None]
+    stats = SiteStatistics(model, plans)
+    stats.run(sample, batch=4, progress=False)
+    hooks = {"blocks.0.mlp.gate.hook_out", "blocks.0.attn.v.hook_in", "blocks.0.attn.o.hook_in", "blocks.0.mlp.out.hook_in"}
+    fit = direct_values(model, sample, "fit", hooks)
+    score = direct_values(model, sample, "score", hooks)
+    up, v = plans
+    gbar = activation(model)(fit["blocks.0.mlp.gate.hook_out"]).mean(0)
+    from helpers.sites import site_matrix
+
+    torch.testing.assert_close(effective_matrix(model, up, stats.effective_fits[up.name]),
+                               gbar.clamp_min(0)[:, None] * site_matrix(model, Site(0, "mlp.up")).double())
+    x, y = fit["blocks.0.attn.v.hook_in"], gqa_average(model, fit["blocks.0.attn.o.hook_in"])
+    torch.testing.assert_close(effective_matrix(model, v, stats.effective_fits[v.name]), ridge_map(x.T @ x, x.T @ y))
+    # scored on the other half, on the effective output (act(gate) ⊙ up = the input of mlp.down)
+    h = score["blocks.0.mlp.out.hook_in"]
+    f = ((h @ up.sets["tile"].U) ** 2 / (h ** 2).sum(-1, keepdim=True)).mean(0)
+    torch.testing.assert_close(stats.results()[up.name]["f"]["tile"], f, rtol=1e-6, atol=1e-9)
+
+
+def test_energy_of_writes_along_one_axis():
+    """ΔH_t = c_t e_0: f(e_0) = 1, f(e_1) = 0, span of {e_0, e_1} = 1; random unit u: E f = 1/d."""
+    d = 16
+    plan = StreamPlan(Site(0, "attn.o"), "attn.o",
+                      sets={"axes": Mounts(torch.eye(d, dtype=torch.float64)[:, :2], torch.ones(2), torch.zeros(2)),
+                            "random": random_directions(d, 4000, seed=0)})
+    stream = _Stream(plan, d, seed=0)
+    h = torch.zeros(50, d, dtype=torch.float64)
+    h[:, 0] = torch.linspace(-3, 3, 50) + 0.01
+    stream.score(h)
+    r = stream.results()
+    torch.testing.assert_close(r["f"]["axes"], torch.tensor([1.0, 0.0], dtype=torch.float64))
+    assert r["span"]["axes"] == pytest.approx(1.0)
+    assert float(r["f"]["random"].mean()) == pytest.approx(1 / d, rel=0.1)
+
+
+def test_best_direction_residuals_on_a_hand_made_case():
+    U = torch.eye(4, dtype=torch.float64)[:, :3]  # e0, e1, e2
+    h = torch.tensor([[1.0, 2.0, 0.0, 3.0], [0.0, 0.0, 5.0, 0.0]], dtype=torch.float64)
+    torch.testing.assert_close(best_direction_residuals(h, U, best=1), torch.tensor([1.0 + 9.0, 0.0], dtype=torch.float64))
+    torch.testing.assert_close(best_direction_residuals(h, U, best=8), torch.tensor([9.0, 0.0], dtype=torch.float64))

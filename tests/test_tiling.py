@@ -1,0 +1,71 @@
+"""Mounts and baselines on matrices whose answers are known."""
+import pytest
+import torch
+
+from helpers.tiling import (column_sampling, frobenius_coverage, gated_up_matrix, mean_abs_cosine, random_directions,
+                            random_partition_svd, ridge_map, tile_bounds, tile_svd, top_eigenvectors, whole_svd)
+
+
+def test_tiles_are_contiguous_and_the_last_one_takes_the_remainder():
+    assert tile_bounds(10, 4) == [(0, 4), (4, 8), (8, 10)]
+    assert tile_bounds(8, 8) == [(0, 8)]
+    with pytest.raises(ValueError, match="positive"):
+        tile_bounds(8, 0)
+
+
+def test_tile_mounts_are_each_tiles_own_singular_vectors():
+    g = torch.Generator().manual_seed(0)
+    W = torch.randn(12, 10, generator=g, dtype=torch.float64)
+    mounts = tile_svd(W, 4, 2)
+    assert mounts.U.shape == (12, 6) and mounts.tile.tolist() == [0, 0, 1, 1, 2, 2]
+    for t, (s, e) in enumerate(tile_bounds(10, 4)):
+        U, S, _ = torch.linalg.svd(W[:, s:e], full_matrices=False)
+        torch.testing.assert_close(mounts.S[2 * t: 2 * t + 2], S[:2])
+        torch.testing.assert_close((mounts.U[:, 2 * t: 2 * t + 2].T @ U[:, :2]).abs(), torch.eye(2, dtype=torch.float64))
+
+
+def test_whole_svd_of_a_block_diagonal_matrix_and_frobenius_coverage():
+    W = torch.zeros(4, 4, dtype=torch.float64)
+    W[0, 0], W[1, 1], W[2, 2], W[3, 3] = 4.0, 3.0, 2.0, 1.0
+    whole = whole_svd(W, 2)
+    torch.testing.assert_close(whole.U, torch.eye(4, dtype=torch.float64)[:, :2])
+    assert frobenius_coverage(W, 2, 1) == pytest.approx((16 + 4) / 30)  # tile 1 keeps 4², tile 2 keeps 2²
+    assert frobenius_coverage(W, 2, 2) == pytest.approx(1.0)
+
+
+def test_random_partition_is_a_tiling_of_permuted_columns():
+    W = torch.randn(6, 8, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    part = random_partition_svd(W, 4, 4, seed=3)
+    # rank-4 per tile of 4 columns: the two tiles together keep all of W's energy
+    assert float((part.S ** 2).sum()) == pytest.approx(float((W ** 2).sum()))
+    assert not torch.allclose(part.U, tile_svd(W, 4, 4).U)
+
+
+def test_baselines_are_unit_vectors_with_the_requested_count():
+    W = torch.randn(5, 9, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    W[:, 0] *= 100  # the heavy column is almost always sampled
+    cols = column_sampling(W, 3, seed=0)
+    rnd = random_directions(5, 3, seed=0)
+    for m in (cols, rnd, whole_svd(W, 3)):
+        assert m.U.shape == (5, 3)
+        torch.testing.assert_close(m.U.norm(dim=0), torch.ones(3, dtype=torch.float64))
+    assert float((cols.U.T @ (W[:, 0] / W[:, 0].norm())).abs().max()) == pytest.approx(1.0)
+    assert mean_abs_cosine(torch.eye(3, dtype=torch.float64)) == 0.0
+
+
+def test_pca_baseline_finds_the_dominant_axes():
+    M = torch.diag(torch.tensor([0.1, 3.0, 0.5, 2.0], dtype=torch.float64))
+    pca = top_eigenvectors(M, 2)
+    torch.testing.assert_close(pca.S, torch.tensor([3.0, 2.0], dtype=torch.float64))
+    assert pca.U[:, 0].abs().argmax() == 1 and pca.U[:, 1].abs().argmax() == 3
+
+
+def test_effective_path_matrices():
+    W_up = torch.ones(3, 2, dtype=torch.float64)
+    gated = gated_up_matrix(W_up, torch.tensor([2.0, -1.0, 0.5]))
+    torch.testing.assert_close(gated, torch.tensor([[2.0, 2.0], [0.0, 0.0], [0.5, 0.5]], dtype=torch.float64))
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(500, 4, generator=g, dtype=torch.float64)
+    R = torch.randn(4, 3, generator=g, dtype=torch.float64)
+    Rt = ridge_map(X.T @ X, X.T @ (X @ R), ridge=1e-9)
+    torch.testing.assert_close(Rt, R.T, rtol=1e-6, atol=1e-6)
