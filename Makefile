@@ -35,3 +35,4 @@ test-fast: $(STAMP)
 benchmark: $(STAMP)
 	$(BIN)/python benchmarks/augmented_svd.py
 	$(BIN)/python benchmarks/mask_training.py
+	$(BIN)/python benchmarks/tiled_svd.py

@@ -197,6 +197,25 @@ def load_model(name: str, processing: str = "fold_norm", weights_dir: str | os.P
     return LoadedModel(name, spec, bridge, hf_model, tokenizer, processing, source)
 
 
+def model_from_config(name: str, config: dict, seed: int = 0, processing: str = "raw") -> LoadedModel:
+    """A model of any published shape with the architecture's own random initialisation (seeded) and the
+    GPT-2 tokenizer (ids < 50257): for measuring memory and time at real sizes without the weights.
+    ``config`` holds a Hugging Face config's fields, ``model_type`` included."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    options = dict(config)
+    hf_config = AutoConfig.for_model(options.pop("model_type"), bos_token_id=50256, eos_token_id=50256,
+                                     pad_token_id=50256, **options)
+    torch.manual_seed(seed)
+    hf_model = AutoModelForCausalLM.from_config(hf_config, attn_implementation="eager").float().eval()
+    hf_model.config.architectures = [type(hf_model).__name__]
+    for p in hf_model.parameters():
+        p.requires_grad_(False)
+    spec = ModelSpec(name, "random", f"random init at the shapes of {name}")
+    bridge = _bridge(str(gpt2_tokenizer_dir()), hf_model, gpt2_tokenizer())
+    return LoadedModel(name, spec, bridge, hf_model, gpt2_tokenizer(), processing, f"random init, seed {seed}")
+
+
 def _spec(name: str) -> ModelSpec:
     if name not in MODELS:
         raise ModelUnavailableError(

@@ -66,9 +66,22 @@ def random_partition_svd(W: torch.Tensor, width: int, k: int, seed: int) -> Moun
 
 
 def whole_svd(W: torch.Tensor, n: int) -> Mounts:
-    U, S, _ = torch.linalg.svd(W.double(), full_matrices=False)
-    n = min(n, len(S))
-    return Mounts(canonical_signs(U[:, :n]), S[:n], torch.full((n,), -1))
+    """Top-``n`` left singular vectors of the whole matrix, through the Gram matrix of its smaller side
+    (float64; exact up to rounding for the leading directions, and O(d_small² d_big) for Gemma-2-2B's
+    9216-wide MLP maps instead of a full SVD)."""
+    W = W.double()
+    n = min(n, *W.shape)
+    if W.shape[0] <= W.shape[1]:
+        values, vectors = torch.linalg.eigh(W @ W.T)
+        order = values.argsort(descending=True)[:n]
+        U = vectors[:, order]
+    else:
+        values, vectors = torch.linalg.eigh(W.T @ W)
+        order = values.argsort(descending=True)[:n]
+        U = W @ vectors[:, order]
+        U = U / U.norm(dim=0, keepdim=True)
+    S = values[order].clamp_min(0).sqrt()
+    return Mounts(canonical_signs(U), S, torch.full((n,), -1))
 
 
 def column_sampling(W: torch.Tensor, n: int, seed: int) -> Mounts:

@@ -92,3 +92,17 @@ def test_embedded_models_load_offline_and_solve_a_simple_ioi_prompt(name):
     mary, john = (model.tokenizer(t, add_special_tokens=False)["input_ids"][0] for t in (" Mary", " John"))
     assert logits[mary] > logits[john]
     assert model.record()["weights_source"].startswith(MODELS[name].gguf_package)
+
+
+def test_a_model_of_any_published_shape_is_built_with_random_weights():
+    from helpers.models import model_from_config
+    from helpers.sites import Site, site_matrix
+
+    config = dict(model_type="gemma2", vocab_size=50257, hidden_size=24, intermediate_size=40, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, head_dim=8, query_pre_attn_scalar=8)
+    model = model_from_config("shapes", config, seed=1)
+    assert (model.n_layers, model.d_model, model.n_heads, model.n_kv_heads, model.d_mlp) == (2, 24, 4, 2, 40)
+    assert site_matrix(model, Site(1, "attn.k")).shape == (16, 24)
+    again = model_from_config("shapes", config, seed=1)
+    assert torch.equal(site_matrix(model, Site(0, "mlp.gate")), site_matrix(again, Site(0, "mlp.gate")))
+    assert model.bridge(torch.tensor([[50256, 10, 20]])).shape == (1, 3, 50257)

@@ -69,3 +69,12 @@ def test_effective_path_matrices():
     R = torch.randn(4, 3, generator=g, dtype=torch.float64)
     Rt = ridge_map(X.T @ X, X.T @ (X @ R), ridge=1e-9)
     torch.testing.assert_close(Rt, R.T, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("shape", [(30, 12), (12, 30)])
+def test_whole_svd_through_the_gram_matrix_matches_torch_svd(shape):
+    W = torch.randn(*shape, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    U, S, _ = torch.linalg.svd(W, full_matrices=False)
+    whole = whole_svd(W, 5)
+    torch.testing.assert_close(whole.S, S[:5])
+    torch.testing.assert_close((whole.U.T @ U[:, :5]).abs(), torch.eye(5, dtype=torch.float64), atol=1e-8, rtol=0)

@@ -1,0 +1,102 @@
+"""Cost of paper 2's full sweep (all sites × layers × checks A, B, C), and its memory at Gemma-2-2B's shapes.
+
+    python benchmarks/tiled_svd.py [--tokens 16384] [--layers all]     # gemma-3-270m, real weights
+    python benchmarks/tiled_svd.py --gemma-2-2b-shapes                  # random init, Gemma-2-2B's shapes
+
+Prints the wall time of the sweep, of one plain forward pass over the same sequences (same batching), their
+ratio, and the process' peak resident memory. With ``--gemma-2-2b-shapes`` the model is Gemma-2-2B's
+published architecture (26 layers, d 2304, MLP 9216, 8 query / 4 KV heads of 256, vocab 256000) with random
+weights, run on a short corpus (its statistics' memory does not grow with the number of tokens; the
+model's does not either), to check that the sweep fits in 24 GiB: checks A and B on every site of all 26
+layers, check C on the last layer's two residual sites only (two short texts; its memory does not depend
+on the number of layers, and each steered forward of a 2.6B model costs a minute on 2 cores).
+"""
+import argparse
+import resource
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from helpers.checks import build_plans, check_a, check_b, check_c, load_thresholds, steer_texts, sweep
+from helpers.site_statistics import SiteStatistics
+from helpers.sites import all_sites
+from helpers.corpus import corpus_paragraphs, sample_tokens
+from helpers.models import load_model, model_from_config
+
+GEMMA_2_2B = dict(model_type="gemma2", vocab_size=256000, hidden_size=2304, intermediate_size=9216,
+                  num_hidden_layers=26, num_attention_heads=8, num_key_value_heads=4, head_dim=256,
+                  query_pre_attn_scalar=256, sliding_window=4096, attn_logit_softcapping=50.0,
+                  final_logit_softcapping=30.0, hidden_activation="gelu_pytorch_tanh", max_position_embeddings=8192)
+
+
+def peak_gib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20
+
+
+def plain_pass_seconds(model, sample, batch: int) -> float:
+    """One forward pass over the sequences the sweep runs (those holding sampled tokens), same batching."""
+    halves = sample.halves()
+    sequences = sorted(halves["fit"]) + sorted(halves["score"])
+    start = time.perf_counter()
+    for i in range(0, len(sequences), batch):
+        chunk = [sample.sequences[j] for j in sequences[i: i + batch]]
+        tokens = torch.zeros(len(chunk), max(len(s) for s in chunk), dtype=torch.long)
+        for row, s in enumerate(chunk):
+            tokens[row, : len(s)] = s
+        with torch.no_grad():
+            model.body(input_ids=tokens)
+    return time.perf_counter() - start
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--tokens", type=int, default=16384)
+    parser.add_argument("--max-tokens", type=int, default=256)
+    parser.add_argument("--layers", default="all", help="'all' or comma-separated layer indices")
+    parser.add_argument("--gemma-2-2b-shapes", action="store_true")
+    parser.add_argument("--batch", type=int, default=16)
+    args = parser.parse_args()
+    torch.set_num_threads(2)
+    thresholds = load_thresholds()
+    if args.gemma_2_2b_shapes:
+        model = model_from_config("gemma-2-2b-shapes", GEMMA_2_2B)
+        folder = Path(tempfile.mkdtemp())
+        (folder / "short.txt").write_text("\n\n".join(corpus_paragraphs("python-docs")[:12]))
+        sample = sample_tokens(model.tokenizer, str(folder / "short.txt"), n_tokens=min(args.tokens, 256),
+                               max_tokens=64, tokenizer_name="gpt2")
+        thresholds["C"]["bootstrap"], thresholds["C"]["dose_alphas"] = 5, [2.0]
+        n_texts = 4
+    else:
+        model = load_model("gemma-3-270m", processing="raw")
+        sample = sample_tokens(model.tokenizer, "python-docs", n_tokens=args.tokens, max_tokens=args.max_tokens,
+                               tokenizer_name="gemma-3-270m")
+        n_texts = 16
+    layers = None if args.layers == "all" else [int(x) for x in args.layers.split(",")]
+    print(f"model {model.name}: {sum(p.numel() for p in model.hf_model.parameters()) / 1e6:.0f} M parameters; "
+          f"corpus {sample.record()}; peak so far {peak_gib():.2f} GiB")
+    plain = plain_pass_seconds(model, sample, args.batch)
+    print(f"plain forward pass over the same sequences: {plain:.1f} s")
+    start = time.perf_counter()
+    if args.gemma_2_2b_shapes:
+        plans = build_plans(model, all_sites(model, layers), thresholds)
+        print(f"plans (tile SVDs and baselines of {len(plans)} streams): {time.perf_counter() - start:.1f} s; "
+              f"peak {peak_gib():.2f} GiB")
+        stats = SiteStatistics(model, plans)
+        stats.run(sample, batch=args.batch)
+        a, b = check_a(stats, thresholds), check_b(stats, thresholds, model)
+        print(f"corpus pass and checks A, B: {time.perf_counter() - start:.1f} s; peak {peak_gib():.2f} GiB")
+        last = [p for p in plans if p.site.layer == model.n_layers - 1]
+        c, _ = check_c(model, last, steer_texts(sample, n_texts=2, max_len=16), thresholds)
+        print(f"A: {len(a)} streams, B: {len(b)}, C: {len(c)} steered sites (last layer)")
+    else:
+        result = sweep(model, sample, thresholds, layers=layers, n_texts=n_texts, batch=args.batch, progress=True)
+        print("pass counts:", result.pass_counts())
+    seconds = time.perf_counter() - start
+    print(f"sweep: {seconds:.1f} s = {seconds / plain:.1f}x the plain pass")
+    print(f"peak resident memory: {peak_gib():.2f} GiB")
+
+
+if __name__ == "__main__":
+    main()
