@@ -345,7 +345,7 @@ def uninformative(rates: pd.DataFrame, real: str = "model", controls=("random-in
 
 
 def coverage_sweep(model, sample, layers, widths=(64, 128, 256, 512, 1024), ks=(1, 2, 4, 8, 16), k_width: int = 2,
-                   seed: int = 0, batch: int = 8, progress: bool = True) -> pd.DataFrame:
+                   seed: int = 0, batch: int = 16, progress: bool = True) -> pd.DataFrame:
     """Coverage (B) of tile mounts vs k at the paper's widths and vs tile width at ``k_width``, against
     random column partitions of the same widths and random directions of the same count; Frobenius weight
     coverage beside each. One corpus pass for all of it. One row per (layer, site, variable, value)."""

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 import torch
 
-from helpers.weights import raw_layer_weights
 
 SITES = ("attn.q", "attn.k", "attn.v", "attn.o", "mlp.gate", "mlp.up", "mlp.down")
 RESIDUAL_SITES = ("attn.o", "mlp.down")
@@ -60,24 +59,12 @@ def _gated(model) -> bool:
 
 
 def site_matrix(model, site: Site) -> torch.Tensor:
-    """W [d_out, d_in] of the site, as the checkpoint has it (float32). For GQA models ``attn.k`` and
-    ``attn.v`` have one block of rows per key/value head."""
-    w = raw_layer_weights(model, site.layer)
-    H, G = model.n_heads, model.n_kv_heads
-    first_of_group = torch.arange(0, H, H // G)  # one query head per KV head: its (repeated) K/V weights
-
-    def heads(W):  # [n, d, dh] -> [n*dh, d]
-        return W.transpose(1, 2).reshape(-1, W.shape[1])
-    matrices = {
-        "attn.q": lambda: heads(w.W_Q),
-        "attn.k": lambda: heads(w.W_K[first_of_group]),
-        "attn.v": lambda: heads(w.W_V[first_of_group]),
-        "attn.o": lambda: w.W_O.reshape(-1, w.W_O.shape[-1]).T,
-        "mlp.gate": lambda: w.W_gate.T,
-        "mlp.up": lambda: w.W_in.T,
-        "mlp.down": lambda: w.W_out.T,
-    }
-    return matrices[site.name]().float().contiguous()
+    """W [d_out, d_in] of the site, as the checkpoint has it (float32 copy of the module's own weight). For
+    GQA models ``attn.k`` and ``attn.v`` have one block of rows per key/value head."""
+    module = _linear(model, site)
+    module = getattr(module, "original_component", module)
+    weight = module.weight.detach()
+    return (weight.T if type(module).__name__ == "Conv1D" else weight).float().clone().contiguous()
 
 
 def steer_hook(model, site: Site) -> str:
