@@ -8,7 +8,7 @@ ratio, and the process' peak resident memory. With ``--gemma-2-2b-shapes`` the m
 published architecture (26 layers, d 2304, MLP 9216, 8 query / 4 KV heads of 256, vocab 256000) with random
 weights, run on a short corpus (its statistics' memory does not grow with the number of tokens; the
 model's does not either), to check that the sweep fits in 24 GiB: checks A and B on every site of all 26
-layers, check C on the last layer's two residual sites only (two short texts; its memory does not depend
+layers, check C on the deepest chosen layer's two residual sites only (two short texts; its memory does not depend
 on the number of layers, and each steered forward of a 2.6B model costs a minute on 2 cores).
 """
 import argparse
@@ -87,9 +87,10 @@ def main():
         stats.run(sample, batch=args.batch)
         a, b = check_a(stats, thresholds), check_b(stats, thresholds, model)
         print(f"corpus pass and checks A, B: {time.perf_counter() - start:.1f} s; peak {peak_gib():.2f} GiB")
-        last = [p for p in plans if p.site.layer == model.n_layers - 1]
+        deepest = max(p.site.layer for p in plans)
+        last = [p for p in plans if p.site.layer == deepest]
         c, _ = check_c(model, last, steer_texts(sample, n_texts=2, max_len=16), thresholds)
-        print(f"A: {len(a)} streams, B: {len(b)}, C: {len(c)} steered sites (last layer)")
+        print(f"A: {len(a)} streams, B: {len(b)}, C: {len(c)} steered sites (layer {deepest})")
     else:
         result = sweep(model, sample, thresholds, layers=layers, n_texts=n_texts, batch=args.batch, progress=True)
         print("pass counts:", result.pass_counts())
