@@ -149,7 +149,8 @@ def lens(model, directions: torch.Tensor) -> torch.Tensor:
     if model.architecture == "gpt2":
         u = u - u.mean(-1, keepdim=True)
     gain = final_norm(model).gain.double()
-    return (u * gain) @ model.hf_model.lm_head.weight.detach().double().T
+    # float32 against the unembedding as stored: a float64 copy of Gemma-2-2B's would be 4.7 GB
+    return ((u * gain).float() @ model.hf_model.lm_head.weight.detach().T).double()
 
 
 def centred_ranks(x: torch.Tensor) -> torch.Tensor:
