@@ -15,8 +15,6 @@ Verdicts sit beside the raw numbers; ``sweep`` runs everything for one model (or
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,14 +72,15 @@ def build_plans(model, sites: list[Site], thresholds: dict, widths: dict = PAPER
             mounts = tiles.per_tile(kk)
             coverage[f"tile_k{kk}"] = mounts
             coverage[f"random_k{kk}"] = random_directions(W.shape[0], len(mounts), seed + 100 + kk)
-        plans.append(StreamPlan(site, site.name, sets, coverage, pca_count=n))
+        plans.append(StreamPlan(site, site.name, sets, coverage, pca_count=n, best=thresholds["B"]["best_directions"]))
         if effective and site.name in EFFECTIVE and (site.name != "mlp.up" or model.architecture != "gpt2"):
             # mlp.up's effective path weights the up map by the gate: GPT-2's MLP has no gate
             d_eff = model.d_mlp if site.name == "mlp.up" else model.n_kv_heads * model.d_head
             random_cov = {f"random_k{kk}": random_directions(d_eff, len(coverage[f"tile_k{kk}"]), seed + 100 + kk)
                           for kk in ks}
             plans.append(StreamPlan(site, EFFECTIVE[site.name], {"random": random_directions(d_eff, n, seed + 1)},
-                                    random_cov, effective=dict(width=width, k=k, seed=seed, coverage_ks=ks)))
+                                    random_cov, effective=dict(width=width, k=k, seed=seed, coverage_ks=ks),
+                                    best=thresholds["B"]["best_directions"]))
     return plans
 
 
@@ -294,9 +293,6 @@ def sweep(model, sample, thresholds: dict, layers=None, sites=None, n_texts: int
                   layers=sorted({s.layer for s in chosen}), sites=sorted({s.name for s in chosen}))
     return Sweep(a, b, c, dose, record)
 
-
-def thresholds_fingerprint(thresholds: dict) -> str:
-    return hashlib.sha256(json.dumps(thresholds, sort_keys=True).encode()).hexdigest()[:12]
 
 
 # --- negative controls and coverage curves ----------------------------------------------------------------

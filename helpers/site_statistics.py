@@ -41,6 +41,7 @@ class StreamPlan:
     pca_count: int = 0  # PCA directions fitted on the fit half (0: none)
     sketch_width: int = 0
     effective: dict | None = None  # effective streams: {"width", "k", "seed", "coverage_ks"} for their mounts
+    best: int = COVERAGE_BEST  # coverage: least squares on each token's ``best`` best-aligned directions
 
     @property
     def name(self) -> str:
@@ -97,7 +98,7 @@ class _Stream:
             Q = self.bases[name]
             self.span[name] = self.span.get(name, 0.0) + float((((h @ Q) ** 2).sum(-1) * weight).sum())
         for name, mounts in self.plan.coverage_sets.items():
-            self.residual[name] = self.residual.get(name, 0.0) + float(best_direction_residuals(h, mounts.U).sum())
+            self.residual[name] = self.residual.get(name, 0.0) + float(best_direction_residuals(h, mounts.U, self.plan.best).sum())
 
     def results(self) -> dict:
         n = max(self.tokens["score"], 1)

@@ -25,9 +25,6 @@ class Mounts:
     def __len__(self) -> int:
         return self.U.shape[1]
 
-    def top(self, n: int) -> "Mounts":
-        return Mounts(self.U[:, :n], self.S[:n], self.tile[:n])
-
     def per_tile(self, k: int) -> "Mounts":
         """The first ``k`` mounts of every tile (tile SVDs are computed once at the largest k)."""
         rank = torch.zeros_like(self.tile)
