@@ -22,7 +22,7 @@ import torch
 from helpers.checks import build_plans, check_a, check_b, check_c, load_thresholds, steer_texts, sweep
 from helpers.site_statistics import SiteStatistics
 from helpers.sites import all_sites
-from helpers.corpus import corpus_paragraphs, sample_tokens
+from helpers.corpus import corpus_paragraphs, right_padded, sample_tokens
 from helpers.models import load_model, model_from_config
 
 GEMMA_2_2B = dict(model_type="gemma2", vocab_size=256000, hidden_size=2304, intermediate_size=9216,
@@ -41,10 +41,7 @@ def plain_pass_seconds(model, sample, batch: int) -> float:
     sequences = sorted(halves["fit"]) + sorted(halves["score"])
     start = time.perf_counter()
     for i in range(0, len(sequences), batch):
-        chunk = [sample.sequences[j] for j in sequences[i: i + batch]]
-        tokens = torch.zeros(len(chunk), max(len(s) for s in chunk), dtype=torch.long)
-        for row, s in enumerate(chunk):
-            tokens[row, : len(s)] = s
+        tokens = right_padded([sample.sequences[j] for j in sequences[i: i + batch]])
         with torch.no_grad():
             model.body(input_ids=tokens)
     return time.perf_counter() - start

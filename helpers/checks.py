@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from helpers.corpus import right_padded
 from helpers.site_statistics import EFFECTIVE, SiteStatistics, StreamPlan
 from helpers.sites import PAPER_WIDTHS, RESIDUAL_SITES, Site, all_sites, site_matrix, steer_hook
 from helpers.tiling import (Mounts, column_sampling, frobenius_coverage, mean_abs_cosine, random_directions,
@@ -181,10 +182,7 @@ def steer_texts(sample, n_texts: int = 16, max_len: int = 64) -> SteerTexts:
     """The first ``n_texts`` score-half sequences, truncated to ``max_len`` tokens."""
     chosen = sorted(sample.halves()["score"])[:n_texts]
     sequences = [sample.sequences[i][:max_len] for i in chosen]
-    tokens = torch.zeros(len(sequences), max(len(s) for s in sequences), dtype=torch.long)
-    for row, s in enumerate(sequences):
-        tokens[row, : len(s)] = s
-    return SteerTexts(tokens, torch.tensor([len(s) - 1 for s in sequences]))
+    return SteerTexts(right_padded(sequences), torch.tensor([len(s) - 1 for s in sequences]))
 
 
 def last_token_logits(model, texts: SteerTexts, hooks=()) -> torch.Tensor:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from helpers.corpus import TokenSample
+from helpers.corpus import TokenSample, right_padded
 from helpers.sites import Site, site_matrix
 from helpers.tiling import Mounts, canonical_signs, gated_up_matrix, ridge_map, tile_svd
 
@@ -187,11 +187,7 @@ class SiteStatistics:
             bar.close()
 
     def _forward(self, sample, chunk, by_sequence, names) -> dict[str, torch.Tensor]:
-        sequences = [sample.sequences[i] for i in chunk]
-        length = max(len(s) for s in sequences)
-        tokens = torch.zeros(len(chunk), length, dtype=torch.long)
-        for row, s in enumerate(sequences):
-            tokens[row, : len(s)] = s
+        tokens = right_padded([sample.sequences[i] for i in chunk])
         rows = torch.cat([torch.full((len(by_sequence[i]),), r) for r, i in enumerate(chunk)])
         cols = torch.cat([torch.tensor(by_sequence[i]) for i in chunk])
         got = {}
