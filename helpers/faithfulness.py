@@ -1,16 +1,25 @@
 """Evaluating binarised masks on held-out prompts: the faithfulness–sparsity curve and its controls.
 
-A circuit is a binarised mask (kept = 1). For a sweep of kept counts we report the KL to the full model,
-the task metric and accuracy of the circuit and of the full model, per-component counts, and a control:
-random masks with the same number of kept directions in every (layer, kind) block.
+A circuit is a binarised mask (kept = 1). Two ways to get circuits of many sizes:
+
+- a threshold sweep of one trained set of masks (``faithfulness_curve``: keep the n largest), which
+  also switches fully on or off directions the training left partly on;
+- an α sweep (``alpha_sweep``): one training per sparsity weight α, each evaluated at its own
+  binarisation (logit > 0), the circuit that training found.
+
+Each circuit gets the KL to the full model, the task metric and accuracy of the circuit and of the full
+model on held-out prompts, per-component counts, and a control: random masks with the same number of
+kept directions in every (layer, kind) block.
 """
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
 import torch
 
-from helpers.mask_training import kl_to_full, prepare, valid_positions
+from helpers.mask_training import TrainConfig, kl_to_full, prepare, train_masks, valid_positions
 from helpers.masks import AblationRule, DirectionMasks, FixedMasks, MaskedModel
 from helpers.tasks import Task, answer_logits, logit_diff, probability_difference
 
@@ -85,33 +94,68 @@ class CircuitEvaluator:
                     full_accuracy=float(self.full_correct.double().mean()))
 
 
+def evaluate_circuit(evaluator: CircuitEvaluator, circuit: FixedMasks, control_seeds: int = 3) -> dict:
+    """One binarised circuit on the held-out prompts: KL, metric, accuracy, counts per kind, and the mean
+    of ``control_seeds`` random circuits with the same number of kept directions in every block."""
+    total = circuit.count()
+    n_keep = int(sum(float(v.sum()) for v in circuit.blocks.values()))
+    row = dict(kept=n_keep, kept_fraction=n_keep / total, **evaluator.evaluate(circuit),
+               **{f"kept_{k}": v for k, v in kept_by_kind(circuit).items()})
+    controls = [evaluator.evaluate(random_like(circuit, seed)) for seed in range(control_seeds)]
+    row.update(random_kl=float(np.mean([c["kl"] for c in controls])),
+               random_metric=float(np.mean([c["metric"] for c in controls])),
+               random_accuracy=float(np.mean([c["accuracy"] for c in controls])))
+    return row
+
+
 def faithfulness_curve(evaluator: CircuitEvaluator, masks: DirectionMasks, n_points: int = 12,
                        control_seeds: int = 3, progress: bool = True) -> pd.DataFrame:
     """Binarised circuits keeping geometrically spaced numbers of directions (largest masks first),
     each with its random-placement control."""
     total = masks.count()
     counts = sorted({int(round(k)) for k in np.geomspace(max(total // 2000, 1), total, n_points)})
-    rows = []
     iterator = counts
     if progress:
         from tqdm.auto import tqdm
 
         iterator = tqdm(counts, desc="faithfulness curve")
-    for n_keep in iterator:
-        circuit = binarise_top(masks, n_keep)
-        row = dict(kept=n_keep, kept_fraction=n_keep / total, **evaluator.evaluate(circuit),
-                   **{f"kept_{k}": v for k, v in kept_by_kind(circuit).items()})
-        controls = [evaluator.evaluate(random_like(circuit, seed)) for seed in range(control_seeds)]
-        row.update(random_kl=float(np.mean([c["kl"] for c in controls])),
-                   random_metric=float(np.mean([c["metric"] for c in controls])),
-                   random_accuracy=float(np.mean([c["accuracy"] for c in controls])))
-        rows.append(row)
-    return pd.DataFrame(rows)
+    return pd.DataFrame([evaluate_circuit(evaluator, binarise_top(masks, n_keep), control_seeds)
+                         for n_keep in iterator])
+
+
+def alpha_sweep(masked: MaskedModel, train: Task, evaluator: CircuitEvaluator, rule: AblationRule,
+                config: TrainConfig, alphas, control_seeds: int = 3, progress: bool = True):
+    """Train one set of masks per sparsity weight α (all else as ``config``) and evaluate the circuit each
+    training found (kept = its own masks, logit > 0) on the held-out prompts. Each α gives one point of
+    the faithfulness–sparsity frontier that needs no choice of threshold.
+    Returns (table sorted by α, {α: masks})."""
+    rows, trained = [], {}
+    for alpha in alphas:
+        masks, history = train_masks(masked, train, rule, replace(config, alpha=float(alpha)), progress=progress)
+        trained[float(alpha)] = masks
+        row = evaluate_circuit(evaluator, FixedMasks.binarised(masks), control_seeds)
+        rows.append(dict(alpha=float(alpha), train_kl=float(history["kl"].iloc[-1]), **row))
+    return pd.DataFrame(rows).sort_values("alpha", ignore_index=True), trained
+
+
+def all_points(curve: pd.DataFrame, sweep: pd.DataFrame, alpha: float) -> pd.DataFrame:
+    """The threshold curve of the masks trained at ``alpha`` and the α sweep's trained circuits, in one
+    table with a ``source`` column ("threshold" or "trained") and the α of each point."""
+    return pd.concat([curve.assign(source="threshold", alpha=float(alpha)), sweep.assign(source="trained")],
+                     ignore_index=True)
+
+
+def circuit_of(point: dict, masks: DirectionMasks, trained: dict) -> FixedMasks:
+    """The binarised circuit behind one row of ``all_points``."""
+    if point["source"] == "trained":
+        return FixedMasks.binarised(trained[point["alpha"]])
+    return binarise_top(masks, int(point["kept"]))
 
 
 def point_at_kl(curve: pd.DataFrame, kl: float = PAPER_KL) -> dict | None:
-    """The sparsest evaluated circuit with held-out KL ≤ ``kl`` (None if none reaches it)."""
-    ok = curve[curve["kl"] <= kl]
+    """The sparsest evaluated circuit (of a curve or an α sweep) with held-out KL ≤ ``kl``; None if none
+    reaches it. Keeping every direction is the full model, not a circuit: it never counts."""
+    ok = curve[(curve["kl"] <= kl) & (curve["kept_fraction"] < 1)]
     return None if ok.empty else ok.sort_values("kept").iloc[0].to_dict()
 
 

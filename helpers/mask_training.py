@@ -33,6 +33,7 @@ class TrainConfig:
     clip: float = 1.0
     seed: int = 0
     log_every: int = 10
+    parametrisation: str = "sigmoid"  # or "hard_concrete" (L0): see helpers.masks.DirectionMasks
 
 
 FAST_MASKING = dict(n_prompts=24, steps=12, batch=8)
@@ -83,8 +84,11 @@ def kl_to_full(log_p_full: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
 
 
 def training_key(model, task: Task, rule: AblationRule, config: TrainConfig) -> str:
+    settings = asdict(config)
+    if settings["parametrisation"] == "sigmoid":  # masks saved before the field existed keep their key
+        del settings["parametrisation"]
     record = dict(format=MASK_FORMAT, model=model.record(), task=task.name, prompts=task.prompts, rule=rule.record(),
-                  config=asdict(config))
+                  config=settings)
     return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -93,12 +97,14 @@ def train_masks(masked: MaskedModel, task: Task, rule: AblationRule, config: Tra
     """Train masks on ``task`` (the training split); returns the masks and the training history."""
     model = masked.model
     path = cache_dir("masks") / f"{model.name}-{task.name}-{training_key(model, task, rule, config)}.pt"
-    masks = DirectionMasks(model, init=config.init)
+    masks = DirectionMasks(model, init=config.init, parametrisation=config.parametrisation)
     if use_cache and path.exists():
         saved = torch.load(path, weights_only=False)
         masks.load_state_dict(saved["state"])
         return masks, pd.DataFrame(saved["history"])
     prepared = prepare(masked, task, rule)
+    masks.noise.manual_seed(config.seed)
+    masks.train()
     optimiser = torch.optim.AdamW(masks.parameters(), lr=config.lr, weight_decay=0.0)
     generator = torch.Generator().manual_seed(config.seed)
     history = []
@@ -120,10 +126,10 @@ def train_masks(masked: MaskedModel, task: Task, rule: AblationRule, config: Tra
         torch.nn.utils.clip_grad_norm_(masks.parameters(), config.clip)
         optimiser.step()
         if step % config.log_every == 0 or step == config.steps - 1:
-            with torch.no_grad():
-                kept = sum(int((torch.sigmoid(p) > 0.5).sum()) for p in masks.logits.values())
+            kept = masks.n_kept()
             history.append(dict(step=step, kl=kl.item(), mask_sum=total.item(), loss=loss.item(),
                                 kept_at_half=kept, kept_fraction_at_half=kept / masks.count()))
+    masks.eval()
     torch.save({"state": masks.state_dict(), "history": history,
                 "record": dict(model=model.record(), task=task.name, rule=rule.record(), config=asdict(config))},
                path.with_suffix(".tmp"))

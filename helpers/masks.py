@@ -104,24 +104,74 @@ def direction_shapes(model) -> dict[str, tuple]:
     return shapes
 
 
-class DirectionMasks(torch.nn.Module):
-    """Mask logits for every singular direction of every layer; m = sigmoid(logit)."""
+PARAMETRISATIONS = ("sigmoid", "hard_concrete")
+HARD_CONCRETE = dict(beta=2 / 3, gamma=-0.1, zeta=1.1)
+"""Louizos, Welling & Kingma (2018)'s stretched, clamped binary concrete: temperature β, stretch (γ, ζ)."""
 
-    def __init__(self, model, init: float = 0.99):
+
+class DirectionMasks(torch.nn.Module):
+    """A learnable mask for every singular direction of every layer, one parameter (a logit) each.
+
+    - ``"sigmoid"`` (paper 1): m = sigmoid(logit); the L1 term is Σ m.
+    - ``"hard_concrete"`` (L0; Louizos et al. 2018): while training, m is a stretched binary-concrete
+      sample, exactly 0 or 1 with positive probability, and the penalty is the expected number of
+      non-zero masks; in eval mode m = clamp(sigmoid(logit)(ζ − γ) + γ, 0, 1), which is 0 or 1 for all
+      but the few masks near the boundary, so the trained masks and their binarisation agree.
+
+    Either way a direction counts as kept when logit > 0 (m > 0.5 in eval mode). Masks start in eval
+    mode; ``train_masks`` switches to training mode (and seeds ``noise``) for its loop only.
+    """
+
+    def __init__(self, model, init: float = 0.99, parametrisation: str = "sigmoid"):
         super().__init__()
+        if parametrisation not in PARAMETRISATIONS:
+            raise ValueError(f"parametrisation={parametrisation!r} is not one of {PARAMETRISATIONS}")
+        if not 0.0 < init < 1.0:
+            raise ValueError(f"init={init} must lie strictly between 0 and 1 (paper 1 uses 0.99)")
+        self.parametrisation = parametrisation
         logit = float(torch.logit(torch.tensor(init)))
         self.shapes = direction_shapes(model)
         self.n_layers = model.n_layers
         self.logits = torch.nn.ParameterDict({
             f"{layer}_{kind}": torch.nn.Parameter(torch.full(shape, logit))
             for layer in range(model.n_layers) for kind, shape in self.shapes.items()})
+        self.noise = torch.Generator().manual_seed(0)
+        self.eval()
 
     def values(self, layer: int, kind: str) -> torch.Tensor:
-        return torch.sigmoid(self.logits[f"{layer}_{kind}"])
+        """Mask values of one block: a fresh hard-concrete sample per call while training."""
+        return self._transform(self.logits[f"{layer}_{kind}"])
+
+    def _transform(self, logit: torch.Tensor) -> torch.Tensor:
+        if self.parametrisation == "sigmoid":
+            return torch.sigmoid(logit)
+        beta, gamma, zeta = HARD_CONCRETE["beta"], HARD_CONCRETE["gamma"], HARD_CONCRETE["zeta"]
+        if self.training:
+            u = torch.rand(logit.shape, generator=self.noise).clamp(1e-6, 1 - 1e-6)
+            s = torch.sigmoid((torch.log(u) - torch.log1p(-u) + logit) / beta)
+        else:
+            s = torch.sigmoid(logit)
+        return (s * (zeta - gamma) + gamma).clamp(0.0, 1.0)
 
     def total(self) -> torch.Tensor:
-        """Σ m over all directions (the L1 term)."""
-        return sum(torch.sigmoid(p).sum() for p in self.logits.values())
+        """The sparsity term: Σ m (sigmoid) or the expected number of non-zero masks (hard concrete)."""
+        if self.parametrisation == "sigmoid":
+            return sum(torch.sigmoid(p).sum() for p in self.logits.values())
+        shift = HARD_CONCRETE["beta"] * torch.log(torch.tensor(-HARD_CONCRETE["gamma"] / HARD_CONCRETE["zeta"]))
+        return sum(torch.sigmoid(p - shift).sum() for p in self.logits.values())
+
+    def eval_values(self) -> dict[str, torch.Tensor]:
+        """Deterministic (eval-mode) mask values of every block, detached."""
+        with torch.no_grad():
+            training = self.training
+            self.eval()
+            out = {name: self._transform(p).detach() for name, p in self.logits.items()}
+            self.train(training)
+        return out
+
+    def n_kept(self) -> int:
+        """Directions kept by the trained masks themselves (logit > 0)."""
+        return sum(int((p > 0).sum()) for p in self.logits.values())
 
     def count(self) -> int:
         return sum(p.numel() for p in self.logits.values())
@@ -146,8 +196,9 @@ class FixedMasks:
                     for kind, shape in direction_shapes(model).items()})
 
     @classmethod
-    def binarised(cls, masks: DirectionMasks, threshold: float) -> "FixedMasks":
-        return cls({name: (torch.sigmoid(p.detach()) > threshold).float() for name, p in masks.logits.items()})
+    def binarised(cls, masks: DirectionMasks, threshold: float = 0.5) -> "FixedMasks":
+        """Kept = eval-mode mask value > ``threshold``; at 0.5 this is the trained masks' own circuit."""
+        return cls({name: (v > threshold).float() for name, v in masks.eval_values().items()})
 
 
 class MaskedModel:

@@ -73,12 +73,20 @@ def plot_training(history):
     return fig
 
 
-def plot_faithfulness(curve, paper_kl: float, metric_label: str):
-    """KL, task metric and accuracy of binarised circuits vs % of directions kept, with random controls."""
+def plot_faithfulness(curve, paper_kl: float, metric_label: str, trained=None):
+    """KL, task metric and accuracy of binarised circuits vs % of directions kept, with random controls;
+    ``trained`` (an α sweep's table) adds the circuits each training found, labelled by α."""
     import matplotlib.pyplot as plt
 
     x = 100 * curve["kept_fraction"]
     fig, axes = plt.subplots(1, 3, figsize=(11, 3))
+    if trained is not None and len(trained):
+        tx = 100 * trained["kept_fraction"]
+        for ax, column in zip(axes, ("kl", "metric", "accuracy")):
+            ax.plot(tx, trained[column], "*", ms=11, color="C3", label="trained circuits (α sweep)")
+            ax.plot(tx, trained[f"random_{column}"], "x", color="C3", label="their random controls")
+        for xi, yi, a in zip(tx, trained["kl"], trained["alpha"]):
+            axes[0].annotate(f"α={a:.2g}", (xi, yi), fontsize=6, xytext=(3, 3), textcoords="offset points")
     axes[0].plot(x, curve["kl"], "o-", label="learned circuit")
     axes[0].plot(x, curve["random_kl"], "s--", label="random, same count per block")
     axes[0].axhline(paper_kl, color="grey", ls=":", label=f"paper's KL {paper_kl}")

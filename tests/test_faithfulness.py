@@ -55,6 +55,31 @@ def test_random_control_keeps_the_same_count_in_every_block_elsewhere():
 
 
 def test_point_at_kl_is_the_sparsest_circuit_under_the_threshold():
-    curve = pd.DataFrame({"kept": [10, 100, 1000], "kl": [0.9, 0.2, 0.01]})
+    curve = pd.DataFrame({"kept": [10, 100, 1000, 2000], "kl": [0.9, 0.2, 0.01, 0.0],
+                          "kept_fraction": [0.005, 0.05, 0.5, 1.0]})
     assert point_at_kl(curve, 0.21)["kept"] == 100
-    assert point_at_kl(curve, 0.001) is None
+    assert point_at_kl(curve, 0.001) is None  # the full model (every direction kept) is not a circuit
+
+
+def test_alpha_sweep_evaluates_the_circuit_each_training_found(tmp_path, monkeypatch):
+    from helpers.faithfulness import CircuitEvaluator, alpha_sweep, evaluate_circuit
+    from helpers.mask_training import TrainConfig
+    from helpers.masks import AblationRule, FixedMasks, MaskedModel
+    from helpers.tasks import make_task
+
+    monkeypatch.setenv("SVDIRS_CACHE", str(tmp_path))
+    model = cached_model("tiny-llama", "fold_norm")
+    masked = MaskedModel(model)
+    train, held_out = make_task("ioi", model, 16, seed=0).split(0.5, seed=0)
+    rule = AblationRule.uniform("corrupted")
+    evaluator = CircuitEvaluator(masked, held_out, rule)
+    config = TrainConfig(steps=4, batch=4, lr=2.0, parametrisation="hard_concrete")  # large steps: masks move
+    table, trained = alpha_sweep(masked, train, evaluator, rule, config, [0.5, 1e-4], control_seeds=1, progress=False)
+    assert table["alpha"].tolist() == [1e-4, 0.5]
+    for _, row in table.iterrows():
+        masks = trained[row["alpha"]]
+        assert row["kept"] == masks.n_kept() and row["kept_fraction"] == masks.n_kept() / masks.count()
+        assert row["kl"] == evaluator.evaluate(FixedMasks.binarised(masks))["kl"]
+    assert table["kept"].iloc[0] > table["kept"].iloc[1]  # a heavier penalty keeps fewer directions
+    everything = evaluate_circuit(evaluator, FixedMasks.ones(model), control_seeds=1)
+    assert abs(everything["kl"]) < 1e-4 and abs(everything["random_kl"]) < 1e-4 and everything["kept_fraction"] == 1.0

@@ -148,3 +148,68 @@ def test_trained_masks_are_saved_and_a_rerun_with_the_same_configuration_loads_t
     assert history_again.equals(history)
     train_masks(masked, task, rule, TrainConfig(steps=3, batch=4, log_every=1, seed=1), progress=False)
     assert len(list((tmp_path / "masks").glob("*.pt"))) == 2  # another configuration, another file
+
+
+def test_hard_concrete_masks_at_init_are_exactly_one_in_eval_mode_and_keep_the_logits():
+    model, masked, task, valid = setup("tiny-llama")
+    masks = DirectionMasks(model, init=0.99, parametrisation="hard_concrete")
+    assert not masks.training  # masks start in eval mode: deterministic values
+    assert all(bool((masks.values(l, k) == 1.0).all()) for l in range(model.n_layers) for k in masks.shapes)
+    rule = AblationRule.uniform("corrupted")
+    refs = masked.references(rule, task.clean, task.corrupted, valid)
+    with torch.no_grad():
+        full = model.bridge(task.clean)[torch.arange(len(task)), task.answer_pos]
+        out = masked.masked_final_logits(masks, rule, task.clean, task.answer_pos, refs)
+    torch.testing.assert_close(out, full, rtol=1e-4, atol=1e-4 * float(full.abs().max()))
+
+
+def test_hard_concrete_eval_values_and_sample_probabilities_by_hand():
+    import math
+
+    model = cached_model("tiny-llama", "fold_norm")
+    masks = DirectionMasks(model, parametrisation="hard_concrete")
+    block = "0_mlp_up"
+    logits = torch.tensor([-3.0, -0.2, 0.0, 0.4, 3.0]).repeat(masks.logits[block].numel() // 5 + 1)[: masks.logits[block].numel()]
+    with torch.no_grad():
+        masks.logits[block].copy_(logits)
+    by_hand = [min(max(1.2 / (1 + math.exp(-x)) - 0.1, 0.0), 1.0) for x in logits[:5].tolist()]
+    torch.testing.assert_close(masks.values(0, "mlp_up")[:5], torch.tensor(by_hand))
+    assert FixedMasks.binarised(masks).blocks[block][:5].tolist() == [0.0, 0.0, 0.0, 1.0, 1.0]
+    # training mode: stretched binary-concrete samples; P(m = 0) = sigmoid(-β log 11 - log α), P(m = 1) = sigmoid(log α - β log 11)
+    masks.train()
+    with torch.no_grad():
+        masks.logits[block].fill_(0.4)
+        samples = torch.stack([masks.values(0, "mlp_up") for _ in range(2000)])
+    beta = 2 / 3
+    assert 0.0 <= float(samples.min()) and float(samples.max()) <= 1.0
+    p_zero, p_one = 1 / (1 + math.exp(beta * math.log(11) + 0.4)), 1 / (1 + math.exp(beta * math.log(11) - 0.4))
+    assert abs(float((samples == 0).double().mean()) - p_zero) < 0.01
+    assert abs(float((samples == 1).double().mean()) - p_one) < 0.01
+    nonzero_block = float((samples != 0).double().mean()) * masks.logits[block].numel()
+    others = sum(float(torch.sigmoid(p.detach() + beta * math.log(11)).sum()) for n, p in masks.logits.items() if n != block)
+    assert abs(float(masks.total()) - others - nonzero_block) < 0.01 * masks.logits[block].numel()
+
+
+def test_parametrisation_and_init_are_checked():
+    model = cached_model("tiny-llama", "fold_norm")
+    with pytest.raises(ValueError, match="hard_concrete"):
+        DirectionMasks(model, parametrisation="l0")
+    with pytest.raises(ValueError, match="0.99"):
+        DirectionMasks(model, init=1.0)
+
+
+def test_hard_concrete_training_is_seeded_cached_apart_and_ends_in_eval_mode(tmp_path, monkeypatch):
+    from helpers.mask_training import TrainConfig, train_masks
+
+    monkeypatch.setenv("SVDIRS_CACHE", str(tmp_path))
+    model, masked, task, _ = setup("tiny-llama", n=8)
+    rule = AblationRule.uniform("corrupted")
+    config = TrainConfig(steps=3, batch=4, log_every=1, parametrisation="hard_concrete")
+    first, _ = train_masks(masked, task, rule, config, progress=False, use_cache=False)
+    again, _ = train_masks(masked, task, rule, config, progress=False, use_cache=False)
+    assert not first.training
+    for name in first.logits:
+        assert torch.equal(first.logits[name], again.logits[name])  # noise and batches come from the seed
+    train_masks(masked, task, rule, config, progress=False)
+    train_masks(masked, task, rule, TrainConfig(steps=3, batch=4, log_every=1), progress=False)
+    assert len(list((tmp_path / "masks").glob("*.pt"))) == 2  # the parametrisation is part of the key
