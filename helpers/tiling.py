@@ -103,11 +103,13 @@ def top_eigenvectors(M: torch.Tensor, n: int) -> Mounts:
     return Mounts(canonical_signs(vectors[:, order]), values[order], torch.full((len(order),), -1))
 
 
-def frobenius_coverage(W: torch.Tensor, width: int, k: int) -> float:
-    """Fraction of ‖W‖²_F kept by rank-``k`` approximations of every column tile."""
+def frobenius_coverage(W: torch.Tensor, width: int, ks) -> dict[int, float]:
+    """{k: fraction of ‖W‖²_F kept by rank-k approximations of every column tile} for every k in ``ks``
+    (one spectrum per tile serves all k)."""
     W = W.double()
-    kept = sum(float((torch.linalg.svdvals(W[:, s:e])[:k] ** 2).sum()) for s, e in tile_bounds(W.shape[1], width))
-    return kept / float((W ** 2).sum())
+    spectra = [torch.linalg.svdvals(W[:, s:e]) ** 2 for s, e in tile_bounds(W.shape[1], width)]
+    total = float((W ** 2).sum())
+    return {k: sum(float(energy[:k].sum()) for energy in spectra) / total for k in ks}
 
 
 def mean_abs_cosine(U: torch.Tensor) -> float:
