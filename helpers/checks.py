@@ -114,7 +114,7 @@ def check_a(stats: SiteStatistics, thresholds: dict) -> pd.DataFrame:
 
 # --- B ----------------------------------------------------------------------------------------------------
 
-def check_b(stats: SiteStatistics, thresholds: dict, model=None, widths: dict = PAPER_WIDTHS) -> pd.DataFrame:
+def check_b(stats: SiteStatistics, thresholds: dict, model=None) -> pd.DataFrame:
     """One row per stream: coverage lift at every k, the B1 verdict, and (plain sites, given ``model``)
     Frobenius weight coverage at every k."""
     t = thresholds["B"]
@@ -133,7 +133,7 @@ def check_b(stats: SiteStatistics, thresholds: dict, model=None, widths: dict = 
                    **{f"lift_k{k}": v for k, v in zip(ks, lifts)})
         if model is not None and plan.effective is None:
             W = site_matrix(model, plan.site)
-            row.update({f"frobenius_k{k}": v for k, v in frobenius_coverage(W, widths[plan.site.name], ks).items()})
+            row.update({f"frobenius_k{k}": frobenius_coverage(plan.coverage_sets[f"tile_k{k}"], W) for k in ks})
         row["B1"] = (peak >= floor and all(v >= peak - t["early_within"] for v in lifts[:2])
                      and lifts[-1] >= peak - t["last_within"])
         rows.append(row)
@@ -362,7 +362,7 @@ def coverage_sweep(model, sample, layers, widths=(64, 128, 256, 512, 1024), ks=(
             coverage[f"partition_{key}"] = random_partition_svd(W, width, k, seed)
             coverage[f"random_{key}"] = random_directions(W.shape[0], len(tile), seed + 7)
             meta.append(dict(layer=site.layer, site=site.name, variable=variable, value=value, width=width, k=k,
-                             directions=len(tile), frobenius=frobenius_coverage(W, width, [k])[k]))
+                             directions=len(tile), frobenius=frobenius_coverage(tile, W)))
         plans.append(StreamPlan(site, site.name, {"random": random_directions(W.shape[0], 1, seed)}, coverage))
     stats = SiteStatistics(model, plans, seed=seed)
     stats.run(sample, batch=batch, progress=progress)

@@ -103,13 +103,10 @@ def top_eigenvectors(M: torch.Tensor, n: int) -> Mounts:
     return Mounts(canonical_signs(vectors[:, order]), values[order], torch.full((len(order),), -1))
 
 
-def frobenius_coverage(W: torch.Tensor, width: int, ks) -> dict[int, float]:
-    """{k: fraction of ‖W‖²_F kept by rank-k approximations of every column tile} for every k in ``ks``
-    (one spectrum per tile serves all k)."""
-    W = W.double()
-    spectra = [torch.linalg.svdvals(W[:, s:e]) ** 2 for s, e in tile_bounds(W.shape[1], width)]
-    total = float((W ** 2).sum())
-    return {k: sum(float(energy[:k].sum()) for energy in spectra) / total for k in ks}
+def frobenius_coverage(tiles: Mounts, W: torch.Tensor) -> float:
+    """Fraction of ‖W‖²_F kept by the rank-k approximations of W's column tiles whose top singular values
+    ``tiles`` holds (from ``tile_svd``, k per tile): Σ σ² / ‖W‖²_F. No SVD of its own."""
+    return float((tiles.S.double() ** 2).sum()) / float((W.double() ** 2).sum())
 
 
 def mean_abs_cosine(U: torch.Tensor) -> float:

@@ -29,9 +29,11 @@ def test_whole_svd_of_a_block_diagonal_matrix_and_frobenius_coverage():
     W[0, 0], W[1, 1], W[2, 2], W[3, 3] = 4.0, 3.0, 2.0, 1.0
     whole = whole_svd(W, 2)
     torch.testing.assert_close(whole.U, torch.eye(4, dtype=torch.float64)[:, :2])
-    coverage = frobenius_coverage(W, 2, [1, 2])
-    assert coverage[1] == pytest.approx((16 + 4) / 30)  # tile 1 keeps 4², tile 2 keeps 2²
-    assert coverage[2] == pytest.approx(1.0)
+    assert frobenius_coverage(tile_svd(W, 2, 1), W) == pytest.approx((16 + 4) / 30)  # tile 1 keeps 4², tile 2 keeps 2²
+    assert frobenius_coverage(tile_svd(W, 2, 2), W) == pytest.approx(1.0)
+    R = torch.randn(7, 10, generator=torch.Generator().manual_seed(0), dtype=torch.float64)  # tiles 4, 4, 2
+    by_svd = sum(float((torch.linalg.svdvals(R[:, s:e])[:2] ** 2).sum()) for s, e in tile_bounds(10, 4))
+    assert frobenius_coverage(tile_svd(R, 4, 2), R) == pytest.approx(by_svd / float((R ** 2).sum()))
 
 
 def test_random_partition_is_a_tiling_of_permuted_columns():
