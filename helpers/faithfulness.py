@@ -21,7 +21,7 @@ import torch
 
 from helpers.mask_training import TrainConfig, kl_to_full, prepare, train_masks, valid_positions
 from helpers.masks import AblationRule, DirectionMasks, FixedMasks, MaskedModel
-from helpers.tasks import Task, answer_logits, logit_diff, probability_difference
+from helpers.tasks import Task, logit_diff, probability_difference, with_first_digit, year_probabilities
 
 PAPER_KL = 0.21
 
@@ -60,9 +60,9 @@ def kept_by_kind(circuit: FixedMasks) -> dict[str, int]:
 
 
 def task_metric(task: Task, final_logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(metric [n], correct [n] bool) from answer-position logits. Greater-than uses the first step only
-    (for digit tokenizers: P(first digit > YY's) − P(<)); ``helpers.tasks.year_probabilities`` gives the
-    full two-digit metric for a plain model."""
+    """(metric [n], correct [n] bool) from answer-position logits. Greater-than on a digit tokenizer uses
+    the first step only here (each first digit's probability spread evenly over its ten years);
+    ``CircuitEvaluator.two_digit`` gives the exact two-digit metric of a circuit."""
     if task.name == "greater_than":
         probs = torch.softmax(final_logits.double(), -1)
         if len(task.digit_tokens) == 100:
@@ -83,15 +83,47 @@ class CircuitEvaluator:
         self.prepared = prepare(masked, task, rule)
         # log-softmax shifts each row by a constant: logit differences and probabilities are unchanged
         self.full_metric, self.full_correct = task_metric(task, self.prepared.log_p_full)
+        self._extensions: dict[int, tuple] = {}
+
+    def _logits(self, circuit, task: Task, references) -> torch.Tensor:
+        with torch.no_grad():
+            return self.masked.masked_final_logits(circuit, self.rule, task.clean, task.answer_pos, references)
 
     def evaluate(self, circuit) -> dict:
-        with torch.no_grad():
-            logits = self.masked.masked_final_logits(circuit, self.rule, self.task.clean, self.task.answer_pos,
-                                                     self.prepared.references)
+        logits = self._logits(circuit, self.task, self.prepared.references)
         metric, correct = task_metric(self.task, logits)
         return dict(kl=float(kl_to_full(self.prepared.log_p_full, logits).mean()), metric=float(metric.mean()),
                     accuracy=float(correct.double().mean()), full_metric=float(self.full_metric.mean()),
                     full_accuracy=float(self.full_correct.double().mean()))
+
+    def _with_first_digit(self, digit: int):
+        """The held-out prompts with first digit ``digit`` appended, and their full-model logits and
+        references (each extension has its own corrupted prompt: the corruption with the same digit)."""
+        if digit not in self._extensions:
+            task = with_first_digit(self.task, digit)
+            self._extensions[digit] = (task, prepare(self.masked, task, self.rule))
+        return self._extensions[digit]
+
+    def two_digit(self, circuit) -> dict:
+        """Greater-than: the exact metric Σ_{y>YY} p(y) − Σ_{y≤YY} p(y) over two-digit years of the circuit
+        and of the full model. On a digit tokenizer p(y) = p(d1) p(d2 | d1): eleven masked runs (the
+        prompts, and the prompts with each first digit appended) instead of one."""
+        if self.task.name != "greater_than":
+            raise ValueError(f"two_digit is the greater-than metric; this evaluator holds {self.task.name!r} prompts")
+
+        def circuit_logits(digit):
+            if digit is None:
+                return self._logits(circuit, self.task, self.prepared.references)
+            task, prepared = self._with_first_digit(digit)
+            return self._logits(circuit, task, prepared.references)
+
+        def full_logits(digit):
+            return self.prepared.log_p_full if digit is None else self._with_first_digit(digit)[1].log_p_full
+
+        metric = probability_difference(year_probabilities(circuit_logits, self.task), self.task)
+        full = probability_difference(year_probabilities(full_logits, self.task), self.task)
+        return dict(metric=float(metric.mean()), accuracy=float((metric > 0).double().mean()),
+                    full_metric=float(full.mean()), full_accuracy=float((full > 0).double().mean()))
 
 
 def evaluate_circuit(evaluator: CircuitEvaluator, circuit: FixedMasks, control_seeds: int = 3) -> dict:

@@ -205,25 +205,35 @@ def logit_diff(final_logits: torch.Tensor, task: Task) -> torch.Tensor:
     return final_logits[rows, task.correct] - final_logits[rows, task.wrong]
 
 
-def year_probabilities(run, task: Task) -> torch.Tensor:
-    """[n, 100] probability of each two-digit continuation "00".."99"; ``run(tokens) -> logits [n, T, vocab]``.
-
-    Two-digit tokenizers: one step. Digit tokenizers: p(d1) at the answer position times p(d2 | d1) from
-    ten runs with each first digit appended."""
-    digits = task.digit_tokens
-    first = torch.softmax(answer_logits(run(task.clean), task).double(), -1)
-    if len(digits) == 100:
-        probs = first[:, digits]
-        return probs
-    p1 = first[:, digits]  # [n, 10]
+def with_first_digit(task: Task, digit: int) -> Task:
+    """Greater-than for digit tokenizers: every prompt (clean and corrupted) with the first digit ``digit``
+    ("0".."9") appended, and the answer position moved onto it, so its logits predict the second digit."""
     rows = torch.arange(len(task))
-    out = torch.zeros(len(task), 10, 10, dtype=torch.float64)
-    for d1 in range(10):
-        extended = torch.cat([task.clean, torch.zeros_like(task.clean[:, :1])], dim=1)
-        extended[rows, task.answer_pos + 1] = digits[d1]
-        logits = run(extended)[rows, task.answer_pos + 1].double()
-        out[:, d1] = torch.softmax(logits, -1)[:, digits]
-    return (p1[:, :, None] * out).reshape(len(task), 100)
+    token = task.digit_tokens[digit]
+
+    def extend(tokens):
+        out = torch.cat([tokens, torch.zeros_like(tokens[:, :1])], dim=1)
+        out[rows, task.answer_pos + 1] = token
+        return out
+
+    return Task(task.name, task.prompts, extend(task.clean), extend(task.corrupted), task.answer_pos + 1, task.correct,
+                task.wrong, task.metric_name, task.dropped, task.digit_tokens)
+
+
+def year_probabilities(final_logits_of, task: Task) -> torch.Tensor:
+    """[n, 100] probability of each two-digit continuation "00".."99" of the greater-than prompts.
+
+    ``final_logits_of(digit) -> [n, vocab]``: logits at the answer position of the prompts themselves
+    (``digit`` None) or, for digit tokenizers, of ``with_first_digit(task, digit)`` — from a plain or a
+    masked model. Two-digit tokenizers: one step. Digit tokenizers: p(d1) at the answer position times
+    p(d2 | d1) with each first digit appended."""
+    digits = task.digit_tokens
+    first = torch.softmax(final_logits_of(None).double(), -1)[:, digits]
+    if len(digits) == 100:
+        return first
+    second = torch.stack([torch.softmax(final_logits_of(d1).double(), -1)[:, digits] for d1 in range(10)],
+                         dim=1)  # [n, d1, d2]
+    return (first[:, :, None] * second).reshape(len(task), 100)
 
 
 def probability_difference(year_probs: torch.Tensor, task: Task) -> torch.Tensor:

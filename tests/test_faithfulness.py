@@ -1,10 +1,12 @@
 """Sparsity counting, random controls and the read-out of the curve."""
 import pandas as pd
+import pytest
 import torch
 
-from helpers.faithfulness import (binarise_top, kept_by_kind, kept_mlp_per_layer, kept_per_head, point_at_kl,
-                                  random_like)
-from helpers.masks import DirectionMasks
+from helpers.faithfulness import (CircuitEvaluator, binarise_top, kept_by_kind, kept_mlp_per_layer, kept_per_head,
+                                  point_at_kl, random_like)
+from helpers.masks import AblationRule, DirectionMasks, FixedMasks, MaskedModel
+from helpers.tasks import greater_than_task, ioi_task
 from tests.conftest import cached_model
 
 
@@ -83,3 +85,73 @@ def test_alpha_sweep_evaluates_the_circuit_each_training_found(tmp_path, monkeyp
     assert table["kept"].iloc[0] > table["kept"].iloc[1]  # a heavier penalty keeps fewer directions
     everything = evaluate_circuit(evaluator, FixedMasks.ones(model), control_seeds=1)
     assert abs(everything["kl"]) < 1e-4 and abs(everything["random_kl"]) < 1e-4 and everything["kept_fraction"] == 1.0
+
+
+def _greater_than_with_digit_tokens(model, n):
+    """Greater-than prompts scored as a digit tokenizer would: years as first digit, then second digit."""
+    task = greater_than_task(model, n, seed=0)
+    task.digit_tokens = torch.tensor([model.tokenizer(str(d), add_special_tokens=False)["input_ids"][0]
+                                      for d in range(10)])
+    return task
+
+
+def test_two_digit_metric_of_a_circuit_equals_a_prompt_by_prompt_computation_by_hand():
+    model = cached_model("tiny-llama", "fold_norm")
+    masked = MaskedModel(model)
+    task = _greater_than_with_digit_tokens(model, 3)
+    rule = AblationRule.uniform("corrupted", "all")
+    evaluator = CircuitEvaluator(masked, task, rule)
+    g = torch.Generator().manual_seed(1)
+    circuit = FixedMasks({n: (torch.rand(v.shape, generator=g) < 0.5).float()
+                          for n, v in FixedMasks.ones(model).blocks.items()})
+    digits = task.digit_tokens.tolist()
+
+    def p_years(i, logits_of):  # logits_of(clean ids, corrupted ids) -> next-token logits [vocab]
+        end = int(task.answer_pos[i]) + 1
+        clean, corrupt = task.clean[i, :end].tolist(), task.corrupted[i, :end].tolist()
+        first = torch.softmax(logits_of(clean, corrupt).double(), -1)[digits]
+        return torch.stack([first[d1] * torch.softmax(logits_of(clean + [digits[d1]], corrupt + [digits[d1]]).double(),
+                                                      -1)[digits] for d1 in range(10)]).reshape(100)
+
+    def plain(clean, corrupt):
+        with torch.no_grad():
+            return model.bridge(torch.tensor([clean]))[0, -1]
+
+    def masked_run(clean, corrupt):
+        tokens, answer = torch.tensor([clean]), torch.tensor([len(clean) - 1])
+        with torch.no_grad():
+            refs = masked.references(rule, tokens, torch.tensor([corrupt]), torch.ones(1, len(clean), dtype=torch.bool))
+            return masked.masked_final_logits(circuit, rule, tokens, answer, refs)[0]
+
+    def metric(probs, i):
+        above = torch.arange(100) > int(task.correct[i])
+        return float(probs[above].sum() - probs[~above].sum())
+
+    full = [metric(p_years(i, plain), i) for i in range(len(task))]
+    ours = [metric(p_years(i, masked_run), i) for i in range(len(task))]
+    got = evaluator.two_digit(circuit)
+    # a random tiny model puts little mass on digits: compare relative to the metric's own size
+    assert got["full_metric"] == pytest.approx(sum(full) / len(full), rel=1e-4)
+    assert got["metric"] == pytest.approx(sum(ours) / len(ours), rel=1e-4)
+    assert abs(got["metric"] - got["full_metric"]) > 0.01 * abs(got["full_metric"])  # the circuit changes it
+    everything = evaluator.two_digit(FixedMasks.ones(model))
+    assert everything["metric"] == pytest.approx(everything["full_metric"], rel=1e-4)
+
+
+def test_two_digit_metric_on_a_two_digit_tokenizer_is_the_one_step_metric():
+    model = cached_model("tiny-llama", "fold_norm")
+    masked = MaskedModel(model)
+    task = greater_than_task(model, 4, seed=0)
+    evaluator = CircuitEvaluator(masked, task, AblationRule.uniform("zero", "all"))
+    circuit = binarise_top(DirectionMasks(model), 10)
+    one_step, exact = evaluator.evaluate(circuit), evaluator.two_digit(circuit)
+    assert exact["metric"] == pytest.approx(one_step["metric"], rel=1e-6)
+    assert exact["full_metric"] == pytest.approx(one_step["full_metric"], rel=1e-6)
+    assert exact["metric"] != pytest.approx(exact["full_metric"], rel=1e-3)
+
+
+def test_two_digit_metric_refuses_other_tasks():
+    model = cached_model("tiny-llama", "fold_norm")
+    evaluator = CircuitEvaluator(MaskedModel(model), ioi_task(model, 4, seed=0), AblationRule.uniform("zero", "all"))
+    with pytest.raises(ValueError, match="greater-than"):
+        evaluator.two_digit(FixedMasks.ones(model))

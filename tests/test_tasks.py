@@ -7,7 +7,8 @@ import torch
 from helpers.models import gpt2_tokenizer
 from helpers.tasks import (GREATER_THAN_TEMPLATE, answer_logits, gender_task, greater_than_task, ioi_positions, ioi_task,
                            logit_diff,
-                           make_task, probability_difference, single_token_words, year_probabilities)
+                           make_task, probability_difference, single_token_words, with_first_digit,
+                           year_probabilities)
 
 TOKENIZER = SimpleNamespace(tokenizer=gpt2_tokenizer())
 
@@ -73,14 +74,28 @@ def test_two_step_year_probabilities_for_digit_tokenizers_sum_to_one_over_years(
     vocab = len(digit_tok.tokenizer)
     first = torch.softmax(torch.arange(10, dtype=torch.float64), 0)
 
-    def run(tokens):
-        logits = torch.full((tokens.shape[0], tokens.shape[1], vocab), -1e9)
-        logits[:, :, task.digit_tokens] = first.log().float()  # the same p(digit) at every step
+    def final_logits_of(digit):
+        logits = torch.full((len(task), vocab), -1e9)
+        logits[:, task.digit_tokens] = first.log().float()  # the same p(digit) at every step
         return logits
 
-    probs = year_probabilities(run, task)
+    probs = year_probabilities(final_logits_of, task)
     assert float(probs.sum(-1).min()) == pytest.approx(1.0, abs=1e-5)
     assert float(probs[0, 99]) == pytest.approx(float(first[9] ** 2), rel=1e-4)
+
+
+def test_with_first_digit_appends_the_digit_to_clean_and_corrupted_prompts_at_the_answer():
+    task = greater_than_task(TOKENIZER, 6, seed=0)
+    digits = torch.tensor([TOKENIZER.tokenizer(str(d), add_special_tokens=False)["input_ids"][0] for d in range(10)])
+    task.digit_tokens = digits  # as for a digit tokenizer
+    extended = with_first_digit(task, 7)
+    rows = torch.arange(len(task))
+    assert bool((extended.answer_pos == task.answer_pos + 1).all())
+    for tokens, original in ((extended.clean, task.clean), (extended.corrupted, task.corrupted)):
+        assert bool((tokens[rows, extended.answer_pos] == digits[7]).all())
+        for i in range(len(task)):
+            end = int(task.answer_pos[i]) + 1
+            assert tokens[i, :end].tolist() == original[i, :end].tolist()
 
 
 def _smollm2_tokenizer_dir():
