@@ -1,6 +1,7 @@
 """Cost of one mask-training step vs a plain forward+backward of the same model on the same batch.
 
     python benchmarks/mask_training.py [--model smollm2-135m] [--batch 32] [--repeats 5]
+                                       [--parametrisation hard_concrete|sigmoid]
 
 "plain": the model's own forward at all positions (logits everywhere) and a backward of the answer-position
 cross-entropy into all its weights. "mask step": what ``train_masks`` does per step (masked forward through
@@ -34,6 +35,7 @@ def main():
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--parametrisation", default="hard_concrete", choices=["hard_concrete", "sigmoid"])
     args = parser.parse_args()
     torch.set_num_threads(2)
     model = load_model(args.model)
@@ -52,7 +54,8 @@ def main():
 
     rule = AblationRule.uniform("corrupted")
     prepared = prepare(masked, task, rule)
-    masks = DirectionMasks(model)
+    masks = DirectionMasks(model, parametrisation=args.parametrisation)
+    masks.train()  # hard-concrete: stochastic gates, as in training
     optimiser = torch.optim.AdamW(masks.parameters(), lr=TrainConfig.lr)
     refs = _select(prepared.references, rows)
 
@@ -64,7 +67,8 @@ def main():
         optimiser.step()
 
     plain_s, step_s = timed(plain, args.repeats), timed(mask_step, args.repeats)
-    print(f"model {args.model}, batch {args.batch} IOI prompts x {task.clean.shape[1]} tokens, 2 threads")
+    print(f"model {args.model}, batch {args.batch} IOI prompts x {task.clean.shape[1]} tokens, 2 threads, "
+          f"{args.parametrisation} masks")
     print(f"plain forward+backward: {plain_s:.3f} s")
     print(f"mask training step:     {step_s:.3f} s   ratio {step_s / plain_s:.2f}")
 

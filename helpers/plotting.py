@@ -79,29 +79,33 @@ def plot_faithfulness(curve, paper_kl: float, metric_label: str, trained=None):
     import matplotlib.pyplot as plt
 
     x = 100 * curve["kept_fraction"]
-    fig, axes = plt.subplots(1, 3, figsize=(11, 3))
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3))
     if trained is not None and len(trained):
         tx = 100 * trained["kept_fraction"]
         for ax, column in zip(axes, ("kl", "metric", "accuracy")):
             ax.plot(tx, trained[column], "*", ms=11, color="C3", label="trained circuits (α sweep)")
             ax.plot(tx, trained[f"random_{column}"], "x", color="C3", label="their random controls")
         for xi, yi, a in zip(tx, trained["kl"], trained["alpha"]):
-            axes[0].annotate(f"α={a:.2g}", (xi, yi), fontsize=6, xytext=(3, 3), textcoords="offset points")
-    axes[0].plot(x, curve["kl"], "o-", label="learned circuit")
-    axes[0].plot(x, curve["random_kl"], "s--", label="random, same count per block")
+            axes[0].annotate(f"α={a:.2g}", (xi, yi), fontsize=6, xytext=(-4, 4), textcoords="offset points",
+                             ha="right")
+    partial = curve["kept_fraction"] < 1  # the full model has KL 0: off a log axis
+    axes[0].plot(x[partial], curve["kl"][partial], "o-", label="threshold curve (largest masks)")
+    axes[0].plot(x[partial], curve["random_kl"][partial], "s--", label="random, same count per block")
     axes[0].axhline(paper_kl, color="grey", ls=":", label=f"paper's KL {paper_kl}")
-    axes[0].set(yscale="log", ylabel="held-out KL")
-    axes[1].plot(x, curve["metric"], "o-", label="learned circuit")
+    axes[0].set(yscale="log", ylabel="held-out KL (full model: 0)")
+    axes[1].plot(x, curve["metric"], "o-", label="threshold curve")
     axes[1].plot(x, curve["random_metric"], "s--", label="random control")
     axes[1].axhline(curve["full_metric"].iloc[0], color="black", lw=0.8, label="full model")
     axes[1].set(ylabel=metric_label)
-    axes[2].plot(x, curve["accuracy"], "o-", label="learned circuit")
+    axes[2].plot(x, curve["accuracy"], "o-", label="threshold curve")
     axes[2].plot(x, curve["random_accuracy"], "s--", label="random control")
     axes[2].axhline(curve["full_accuracy"].iloc[0], color="black", lw=0.8, label="full model")
     axes[2].set(ylabel="accuracy", ylim=(0, 1.02))
     for ax in axes:
         ax.set(xscale="log", xlabel="% of singular directions kept")
-    axes[0].legend(fontsize=7)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=len(labels))
+    fig.tight_layout()
     return fig
 
 
