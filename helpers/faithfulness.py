@@ -83,7 +83,6 @@ class CircuitEvaluator:
         self.prepared = prepare(masked, task, rule)
         # log-softmax shifts each row by a constant: logit differences and probabilities are unchanged
         self.full_metric, self.full_correct = task_metric(task, self.prepared.log_p_full)
-        self._extensions: dict[int, tuple] = {}
 
     def _logits(self, circuit, task: Task, references) -> torch.Tensor:
         with torch.no_grad():
@@ -96,34 +95,35 @@ class CircuitEvaluator:
                     accuracy=float(correct.double().mean()), full_metric=float(self.full_metric.mean()),
                     full_accuracy=float(self.full_correct.double().mean()))
 
-    def _with_first_digit(self, digit: int):
-        """The held-out prompts with first digit ``digit`` appended, and their full-model logits and
-        references (each extension has its own corrupted prompt: the corruption with the same digit)."""
-        if digit not in self._extensions:
-            task = with_first_digit(self.task, digit)
-            self._extensions[digit] = (task, prepare(self.masked, task, self.rule))
-        return self._extensions[digit]
-
-    def two_digit(self, circuit) -> dict:
-        """Greater-than: the exact metric Σ_{y>YY} p(y) − Σ_{y≤YY} p(y) over two-digit years of the circuit
-        and of the full model. On a digit tokenizer p(y) = p(d1) p(d2 | d1): eleven masked runs (the
-        prompts, and the prompts with each first digit appended) instead of one."""
+    def two_digit(self, circuits: list) -> list[dict]:
+        """Greater-than: the exact metric Σ_{y>YY} p(y) − Σ_{y≤YY} p(y) over two-digit years, for each
+        circuit and for the full model. On a digit tokenizer p(y) = p(d1) p(d2 | d1): the prompts, then the
+        prompts with each first digit appended (its corrupted reference: the corruption with the same
+        digit), one appended digit at a time so only one set of references is held."""
         if self.task.name != "greater_than":
             raise ValueError(f"two_digit is the greater-than metric; this evaluator holds {self.task.name!r} prompts")
+        first = [self._logits(c, self.task, self.prepared.references) for c in circuits]
+        second, full_second = [[] for _ in circuits], []
+        if len(self.task.digit_tokens) == 10:
+            for digit in range(10):
+                task = with_first_digit(self.task, digit)
+                prepared = prepare(self.masked, task, self.rule)
+                for logits, circuit in zip(second, circuits):
+                    logits.append(self._logits(circuit, task, prepared.references))
+                full_second.append(prepared.log_p_full)
+                del prepared
 
-        def circuit_logits(digit):
-            if digit is None:
-                return self._logits(circuit, self.task, self.prepared.references)
-            task, prepared = self._with_first_digit(digit)
-            return self._logits(circuit, task, prepared.references)
+        def metric(first_logits, second_logits):
+            probs = year_probabilities(lambda d: first_logits if d is None else second_logits[d], self.task)
+            return probability_difference(probs, self.task)
 
-        def full_logits(digit):
-            return self.prepared.log_p_full if digit is None else self._with_first_digit(digit)[1].log_p_full
-
-        metric = probability_difference(year_probabilities(circuit_logits, self.task), self.task)
-        full = probability_difference(year_probabilities(full_logits, self.task), self.task)
-        return dict(metric=float(metric.mean()), accuracy=float((metric > 0).double().mean()),
-                    full_metric=float(full.mean()), full_accuracy=float((full > 0).double().mean()))
+        full = metric(self.prepared.log_p_full, full_second)
+        rows = []
+        for first_logits, second_logits in zip(first, second):
+            m = metric(first_logits, second_logits)
+            rows.append(dict(metric=float(m.mean()), accuracy=float((m > 0).double().mean()),
+                             full_metric=float(full.mean()), full_accuracy=float((full > 0).double().mean())))
+        return rows
 
 
 def evaluate_circuit(evaluator: CircuitEvaluator, circuit: FixedMasks, control_seeds: int = 3) -> dict:

@@ -129,12 +129,11 @@ def test_two_digit_metric_of_a_circuit_equals_a_prompt_by_prompt_computation_by_
 
     full = [metric(p_years(i, plain), i) for i in range(len(task))]
     ours = [metric(p_years(i, masked_run), i) for i in range(len(task))]
-    got = evaluator.two_digit(circuit)
+    got, everything = evaluator.two_digit([circuit, FixedMasks.ones(model)])
     # a random tiny model puts little mass on digits: compare relative to the metric's own size
     assert got["full_metric"] == pytest.approx(sum(full) / len(full), rel=1e-4)
     assert got["metric"] == pytest.approx(sum(ours) / len(ours), rel=1e-4)
     assert abs(got["metric"] - got["full_metric"]) > 0.01 * abs(got["full_metric"])  # the circuit changes it
-    everything = evaluator.two_digit(FixedMasks.ones(model))
     assert everything["metric"] == pytest.approx(everything["full_metric"], rel=1e-4)
 
 
@@ -144,7 +143,7 @@ def test_two_digit_metric_on_a_two_digit_tokenizer_is_the_one_step_metric():
     task = greater_than_task(model, 4, seed=0)
     evaluator = CircuitEvaluator(masked, task, AblationRule.uniform("zero", "all"))
     circuit = binarise_top(DirectionMasks(model), 10)
-    one_step, exact = evaluator.evaluate(circuit), evaluator.two_digit(circuit)
+    one_step, (exact,) = evaluator.evaluate(circuit), evaluator.two_digit([circuit])
     assert exact["metric"] == pytest.approx(one_step["metric"], rel=1e-6)
     assert exact["full_metric"] == pytest.approx(one_step["full_metric"], rel=1e-6)
     assert exact["metric"] != pytest.approx(exact["full_metric"], rel=1e-3)
@@ -154,4 +153,4 @@ def test_two_digit_metric_refuses_other_tasks():
     model = cached_model("tiny-llama", "fold_norm")
     evaluator = CircuitEvaluator(MaskedModel(model), ioi_task(model, 4, seed=0), AblationRule.uniform("zero", "all"))
     with pytest.raises(ValueError, match="greater-than"):
-        evaluator.two_digit(FixedMasks.ones(model))
+        evaluator.two_digit([FixedMasks.ones(model)])
