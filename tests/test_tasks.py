@@ -25,7 +25,11 @@ def test_generators_are_seeded_and_corruptions_align(make):
     for i, prompt in enumerate(a.prompts):
         ids = TOKENIZER.tokenizer(prompt, add_special_tokens=False)["input_ids"]
         assert a.clean[i, 1: len(ids) + 1].tolist() == ids and int(a.answer_pos[i]) == len(ids)
-    assert bool((a.clean[rows, a.answer_pos] != -1).all())
+        corrupted = a.corrupted[i, 1: len(ids) + 1].tolist()
+        assert a.corrupted[i, 0] == bos and corrupted != ids
+        pad = TOKENIZER.tokenizer.pad_token_id if TOKENIZER.tokenizer.pad_token_id is not None else bos
+        assert bool((a.clean[i, len(ids) + 1:] == pad).all()) and bool((a.corrupted[i, len(ids) + 1:] == pad).all())
+    assert rows.tolist() == list(range(20))
 
 
 def test_ioi_prompts_name_io_once_and_s_twice_and_corruption_uses_fresh_names():
@@ -43,10 +47,22 @@ def test_ioi_prompts_name_io_once_and_s_twice_and_corruption_uses_fresh_names():
 
 
 def test_gender_answers_match_the_names_gender_and_corruption_flips_it():
+    from helpers.tasks import NAMES_FEMALE, NAMES_MALE
+
     task = gender_task(TOKENIZER, 10, seed=0)
-    he = TOKENIZER.tokenizer(" he")["input_ids"][0]
-    assert task.correct.tolist() == [he if i % 2 == 0 else task.correct[1].item() for i in range(10)]
-    assert bool((task.correct != task.wrong).all())
+    he, she = (TOKENIZER.tokenizer(t)["input_ids"][0] for t in (" he", " she"))
+    decode = TOKENIZER.tokenizer.decode
+    for i, prompt in enumerate(task.prompts):
+        words = set(prompt.replace(",", " ").replace("'", " ").split())
+        clean_name = (words & set(NAMES_MALE)) or (words & set(NAMES_FEMALE))
+        male = bool(words & set(NAMES_MALE))
+        assert len(clean_name) == 1 and male == (i % 2 == 0), prompt
+        assert int(task.correct[i]) == (he if male else she) and int(task.wrong[i]) == (she if male else he), prompt
+        corrupted = set(decode(task.corrupted[i, 1: int(task.answer_pos[i]) + 1].tolist())
+                        .replace(",", " ").replace("'", " ").split())
+        assert bool(corrupted & set(NAMES_FEMALE if male else NAMES_MALE)), (prompt, corrupted)
+        assert not corrupted & set(NAMES_MALE if male else NAMES_FEMALE), (prompt, corrupted)
+    assert sorted(task.correct.tolist()) == sorted([he] * 5 + [she] * 5)
 
 
 def test_words_that_are_not_one_token_are_dropped_and_counted():
