@@ -1,4 +1,5 @@
 import functools
+import socket
 
 import pytest
 import torch
@@ -30,3 +31,30 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if any(name in item.name for name in EMBEDDED_MODELS):
             item.add_marker(pytest.mark.slow)
+
+
+class NetworkBlocked(ConnectionRefusedError):
+    """Raised by every socket connection in tests: the project must work with no network at all."""
+
+
+@pytest.fixture(autouse=True)
+def no_network(request, monkeypatch):
+    """Every test runs with socket connections refused (loopback too), unless marked ``requires_hub``.
+    Notebook kernels run in subprocesses, where this does not reach; their tests set HF_HUB_OFFLINE."""
+    if request.node.get_closest_marker("requires_hub"):
+        return
+
+    def refuse(self, address, *args, **kwargs):
+        raise NetworkBlocked(f"test tried to connect to {address!r}: tests run offline")
+
+    resolve = socket.getaddrinfo
+
+    def resolve_loopback_only(host, *args, **kwargs):
+        if host not in (None, "", "localhost", "127.0.0.1", "::1"):
+            raise NetworkBlocked(f"test tried to resolve {host!r}: tests run offline")
+        return resolve(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
+    monkeypatch.setattr(socket, "getaddrinfo", resolve_loopback_only)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")

@@ -42,8 +42,36 @@ def test_bad_processing_is_refused():
 
 
 def test_weights_dir_without_config_is_refused(tmp_path):
-    with pytest.raises(ModelUnavailableError, match="config.json"):
+    with pytest.raises(ModelUnavailableError, match="weights_dir=.*holds no config.json"):
         load_model("gemma-2-2b", weights_dir=tmp_path)
+
+
+def test_a_weights_folder_that_does_not_exist_is_named_as_such(tmp_path):
+    with pytest.raises(ModelUnavailableError, match=f"weights_dir='{tmp_path}/nowhere'.*does not exist"):
+        load_model("gemma-2-2b", weights_dir=tmp_path / "nowhere")
+
+
+def test_the_environment_variable_route_is_named_in_its_errors(tmp_path, monkeypatch):
+    monkeypatch.setenv("SVDIRS_WEIGHTS_GPT2_SMALL", str(tmp_path / "nowhere"))
+    with pytest.raises(ModelUnavailableError, match=r"\$SVDIRS_WEIGHTS_GPT2_SMALL=.*does not exist") as err:
+        load_model("gpt2-small")
+    assert "weights_dir=" not in str(err.value)
+
+
+def test_a_weights_folder_of_another_architecture_is_refused(tmp_path):
+    tiny_hf_model(MODELS["tiny-gemma3"], seed=0).save_pretrained(tmp_path)
+    gpt2_tokenizer().save_pretrained(tmp_path)
+    with pytest.raises(ModelUnavailableError, match="model_type 'gemma3_text'.*'gpt2-small' is a 'gpt2' model"):
+        load_model("gpt2-small", weights_dir=tmp_path)
+
+
+def test_truncated_weights_in_a_local_folder_are_an_error_naming_the_folder_and_the_fix(tmp_path):
+    tiny_hf_model(MODELS["tiny-gpt2"], seed=0).save_pretrained(tmp_path)
+    gpt2_tokenizer().save_pretrained(tmp_path)
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    with pytest.raises(ModelUnavailableError, match=f"weights in {tmp_path} cannot be read.*truncated.*replace"):
+        load_model("gpt2-small", weights_dir=tmp_path)
 
 
 @pytest.mark.parametrize("hub_name,tiny_name", [("gpt2-small", "tiny-gpt2"), ("gemma-2-2b", "tiny-gemma2")])
@@ -83,8 +111,17 @@ def test_tiny_models_are_seeded():
     assert torch.equal(wa, wb) and not torch.equal(wa, wc)
 
 
+def test_tests_run_with_every_connection_refused():
+    import socket
+
+    for address in (("huggingface.co", 443), ("127.0.0.1", 9)):
+        with pytest.raises(ConnectionRefusedError, match="tests run offline"):
+            socket.create_connection(address, timeout=1)
+
+
 @pytest.mark.parametrize("name", ["smollm2-135m", "gemma-3-270m"])
-def test_embedded_models_load_offline_and_solve_a_simple_ioi_prompt(name):
+def test_embedded_models_load_offline_and_solve_a_simple_ioi_prompt(name, monkeypatch):
+    monkeypatch.delenv("HF_HUB_OFFLINE")  # the sockets alone keep it offline
     model = load_model(name)
     tokens = model.to_tokens("When Mary and John went to the store, John gave a drink to")
     with torch.no_grad():
