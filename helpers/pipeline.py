@@ -4,24 +4,42 @@
 
 Each run writes its figures and ``summary.json`` to ``figures/<run name>/`` and its executed notebook to
 ``build/notebooks/`` (git-ignored). ``figures/manifest.json`` records parameters, package versions, model,
-wall time and each run's summary. A run whose inputs (notebook, parameters, helpers source, fast switch)
-are unchanged since it last finished is reused, so a re-run after an interruption continues where it
-stopped. The first failure stops the pipeline with the notebook, cell and error.
+wall time and each run's summary.
+
+A run is reused only when nothing it depends on changed since it last finished: its notebook and
+parameters, the source of every ``helpers`` module the notebook imports (transitively), the files it
+declares (``inputs``) or names in a parameter, the installed packages, the thread count, and the results of
+the runs it declares it reads (``after``). So a re-run after an interruption continues where it stopped,
+and nothing stale is reused. Parameters are checked against the notebook's parameters cell before
+anything runs: an unknown name or a value of another type than the default's is refused.
+
+A run executes into a temporary folder that replaces ``figures/<run name>/`` only when it succeeds, so a
+failed or interrupted run leaves the previous result whole (and the manifest no longer lists it).
+The first failure stops the pipeline with the notebook, its cell and the error.
 """
 from __future__ import annotations
 
 import argparse
+import ast
+import difflib
 import hashlib
 import importlib.metadata
 import json
+import os
 import platform
+import re
+import shutil
 import sys
+import tempfile
 import time
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from helpers.cache import atomic_write_json
+from helpers.cache import atomic_write_json, sha256_file
+
+PACKAGE_ROOT = Path(__file__).resolve().parent
+INJECTED = ("fast", "out_dir")  # parameters every run receives from the pipeline
 
 SUMMARY_FILE = "summary.json"
 PACKAGES = ("torch", "transformer-lens", "transformers", "numpy", "pandas", "matplotlib", "seaborn", "papermill",
@@ -34,6 +52,8 @@ class Run:
     notebook: str
     parameters: dict = field(default_factory=dict)
     fast_parameters: dict = field(default_factory=dict)
+    inputs: list = field(default_factory=list)  # files/folders it reads, relative to runs.toml's folder
+    after: list = field(default_factory=list)  # runs whose results it reads (they come earlier in the file)
 
     def effective_parameters(self, fast: bool, out_dir: Path) -> dict:
         params = {**self.parameters, **(self.fast_parameters if fast else {})}
@@ -49,32 +69,206 @@ def load_runs(path: str | Path) -> list[Run]:
     path = Path(path)
     with open(path, "rb") as handle:
         table = tomllib.load(handle)
-    runs = [Run(**entry) for entry in table.get("runs", [])]
+    runs = []
+    for entry in table.get("runs", []):
+        unknown = sorted(set(entry) - set(Run.__dataclass_fields__))
+        if unknown:
+            raise PipelineError(f"{path}: run {entry.get('name')!r} has unknown keys {unknown}; "
+                                f"a run has {sorted(Run.__dataclass_fields__)}")
+        runs.append(Run(**entry))
     names = [r.name for r in runs]
     duplicated = sorted({n for n in names if names.count(n) > 1})
     if duplicated:
         raise PipelineError(f"{path}: run names must be unique; repeated: {duplicated}")
-    for run in runs:
+    for index, run in enumerate(runs):
         if not (path.parent / run.notebook).exists():
             raise PipelineError(f"{path}: run {run.name!r} names notebook {run.notebook!r}, "
                                 f"which is not in {path.parent}")
+        for dependency in run.after:
+            if dependency not in names[:index]:
+                raise PipelineError(f"{path}: run {run.name!r} reads the results of {dependency!r}, which is not a "
+                                    f"run declared before it; runs before it are {names[:index]}")
+        for item in run.inputs:
+            if not (path.parent / item).exists():
+                raise PipelineError(f"{path}: run {run.name!r} declares input {item!r}, which does not exist "
+                                    f"(paths are relative to {path.parent})")
     return runs
 
 
 def write_summary(out_dir: str | Path, summary: dict) -> Path:
     """Called by a notebook's last cell: its key numbers, machine-readable, next to its figures."""
+    import torch
+
     path = Path(out_dir) / SUMMARY_FILE
-    atomic_write_json(path, summary)
+    atomic_write_json(path, {**summary, "torch_threads": torch.get_num_threads()})  # results depend on it
     return path
 
 
-def _fingerprint(run: Run, notebook: Path, params: dict) -> str:
+# --- what a run depends on ------------------------------------------------------------------------------
+
+def notebook_code(notebook: Path) -> list[str]:
+    """The source of each code cell, IPython magics and shell lines blanked."""
+    cells = json.loads(Path(notebook).read_text())["cells"]
+    return ["\n".join("" if line.lstrip().startswith(("%", "!")) else line
+                      for line in "".join(cell["source"]).splitlines())
+            for cell in cells if cell["cell_type"] == "code"]
+
+
+def _imported_helpers(source: str) -> set[str]:
+    """Dotted names of ``helpers`` modules a piece of source imports (anywhere, function bodies too)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:  # notebook syntax ast cannot read: fall back to the import lines
+        found = set(re.findall(r"^\s*(?:from|import)\s+(helpers(?:\.\w+)*)", source, flags=re.M))
+        return found | {f"{name}.{member}" for name, members in
+                        re.findall(r"^\s*from\s+(helpers(?:\.\w+)*)\s+import\s+([\w ,]+)", source, flags=re.M)
+                        for member in re.findall(r"\w+", members)}
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names if alias.name.split(".")[0] == "helpers"}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == "helpers":
+            names.add(node.module)
+            names |= {f"{node.module}.{alias.name}" for alias in node.names}  # a submodule, if it is one
+    return names
+
+
+def _module_file(name: str, root: Path) -> Path | None:
+    relative = Path(*name.split(".")[1:])
+    for candidate in (root / relative.with_suffix(".py") if relative.parts else None, root / relative / "__init__.py"):
+        if candidate is not None and candidate.is_file():
+            return candidate
+    return None
+
+
+def helper_modules(notebook: Path, root: Path = PACKAGE_ROOT) -> list[Path]:
+    """Source files of every ``helpers`` module the notebook imports, and of every one those import, in turn."""
+    pending = set().union(*(_imported_helpers(code) for code in notebook_code(notebook)))
+    seen: set[Path] = set()
+    while pending:
+        path = _module_file(pending.pop(), root)
+        if path is None or path in seen:
+            continue
+        seen.add(path)
+        pending |= _imported_helpers(path.read_text())
+    if seen:
+        seen.add(root / "__init__.py")
+    return sorted(seen)
+
+
+def _hash_path(digest, path: Path) -> None:
+    """A file's name and bytes, or a folder's every file (sorted, by relative name)."""
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    for file in files:
+        digest.update(str(file.relative_to(path) if path.is_dir() else file.name).encode())
+        digest.update(sha256_file(file).encode())
+
+
+def parameter_paths(params: dict, base: Path) -> list[Path]:
+    """Parameter values that name an existing file or folder (relative to the notebook's folder): a local
+    corpus, a thresholds file. Their contents are inputs of the run."""
+    found = []
+    for name, value in sorted(params.items()):
+        if name in INJECTED or not isinstance(value, str) or not value or len(value) > 4096:
+            continue
+        path = (base / value) if not os.path.isabs(value) else Path(value)
+        if path.exists():
+            found.append(path)
+    return found
+
+
+def environment_record() -> dict:
+    """Everything outside the repository that changes numbers: Python, every installed package, threads."""
+    import torch
+
+    packages = sorted(f"{d.metadata['Name']}=={d.version}" for d in importlib.metadata.distributions()
+                      if d.metadata["Name"] and d.metadata["Name"] != "helpers")
+    return dict(python=platform.python_version(), packages=packages, torch_threads=torch.get_num_threads())
+
+
+def fingerprint(run: Run, notebook: Path, params: dict, runs_file: Path, dependencies: dict[str, str],
+                environment: dict, root: Path = PACKAGE_ROOT) -> str:
+    """One digest of everything the run's result depends on (see the module docstring); ``root`` is the
+    ``helpers`` package folder."""
     digest = hashlib.sha256()
     digest.update(notebook.read_bytes())
-    digest.update(json.dumps(params, sort_keys=True).encode())
-    for source in sorted(Path(__file__).parent.glob("*.py")):
+    digest.update(json.dumps({k: v for k, v in params.items() if k != "out_dir"}, sort_keys=True).encode())
+    for source in helper_modules(notebook, root):
+        digest.update(str(source.relative_to(root)).encode())
         digest.update(source.read_bytes())
+    for item in sorted({*(runs_file.parent / i for i in run.inputs), *parameter_paths(params, notebook.parent)}):
+        _hash_path(digest, item)
+    digest.update(json.dumps(environment, sort_keys=True).encode())
+    digest.update(json.dumps({name: dependencies.get(name, "never finished") for name in run.after}).encode())
     return digest.hexdigest()
+
+
+# --- parameters ------------------------------------------------------------------------------------------
+
+def declared_parameters(notebook: Path) -> dict[str, object]:
+    """The notebook's parameters cell: name → default value (evaluated from its source)."""
+    import papermill
+
+    out = {}
+    for name, info in papermill.inspect_notebook(str(notebook)).items():
+        source = info["default"]
+        try:
+            out[name] = ast.literal_eval(source)
+        except (ValueError, SyntaxError):
+            out[name] = eval(compile(ast.parse(source, mode="eval"), str(notebook), "eval"),  # noqa: S307
+                             {"__builtins__": {}}, {})  # arithmetic such as 2 * 1.95e-4, from our own notebooks
+    return out
+
+
+def _type_name(value) -> str:
+    return type(value).__name__
+
+
+def _fits(value, default) -> bool:
+    """Whether ``value`` has the type of ``default`` (an int is a float; None as default takes anything)."""
+    if default is None:
+        return True
+    if isinstance(default, bool) or isinstance(value, bool):
+        return isinstance(value, bool) and isinstance(default, bool)
+    if isinstance(default, float):
+        return isinstance(value, (int, float))
+    if isinstance(default, (list, tuple)):
+        if not isinstance(value, (list, tuple)):
+            return False
+        kinds = {type(d) for d in default}
+        return len(kinds) != 1 or all(_fits(v, default[0]) for v in value)
+    return isinstance(value, type(default))
+
+
+def check_parameters(notebook: Path, params: dict, run_name: str = "") -> None:
+    """Refuse, before anything runs, a parameter the notebook does not declare or whose value does not have
+    the type of the notebook's default, naming it, what was expected and the notebook's parameters."""
+    declared = declared_parameters(notebook)
+    where = f"run {run_name!r}: " if run_name else ""
+    for name, value in params.items():
+        if name not in declared:
+            close = difflib.get_close_matches(name, declared, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise PipelineError(f"{where}{notebook.name} has no parameter {name!r}{hint} Its parameters are "
+                                f"{sorted(declared)}.")
+        if not _fits(value, declared[name]):
+            default = declared[name]
+            element = (f" of {_type_name(default[0])}" if isinstance(default, (list, tuple)) and default else "")
+            raise PipelineError(f"{where}parameter {name}={value!r} is a {_type_name(value)}, but {notebook.name} "
+                                f"expects a {_type_name(default)}{element} (its default is {default!r}); with "
+                                f"papermill, -p passes strings, -y \"{{{name}: ...}}\" passes numbers and lists.")
+
+
+def _source_cell(notebook: Path, executed_index: int) -> str:
+    """Which cell of the source notebook an index into papermill's executed copy (one cell injected after
+    the parameters cell) is."""
+    cells = json.loads(notebook.read_text())["cells"]
+    params = next((i for i, c in enumerate(cells) if "parameters" in c.get("metadata", {}).get("tags", [])), -1)
+    if executed_index == params + 1:
+        return "the parameters papermill injected"
+    index = executed_index - 1 if executed_index > params else executed_index
+    first = next((line for line in "".join(cells[index]["source"]).splitlines() if line.strip()), "")
+    return f"cell {index} (counting from 0, markdown included) of {notebook}, which begins {first[:80]!r}"
 
 
 def package_versions() -> dict[str, str]:
@@ -95,52 +289,99 @@ def run_pipeline(runs_file: str | Path = "notebooks/runs.toml", figures_dir: str
     import papermill
 
     runs_file, figures_dir, build_dir = Path(runs_file), Path(figures_dir), Path(build_dir)
-    runs = load_runs(runs_file)
+    declared = load_runs(runs_file)
+    runs = declared
     if only:
         unknown = sorted(set(only) - {r.name for r in runs})
         if unknown:
             raise PipelineError(f"--only {unknown}: not in {runs_file}; runs are {[r.name for r in runs]}")
         runs = [r for r in runs if r.name in only]
+    for run in runs:  # every run's parameters, before the first one starts
+        check_parameters(runs_file.parent / run.notebook, run.effective_parameters(fast, figures_dir / run.name),
+                         run.name)
     manifest_path = figures_dir / "manifest.json"
     previous = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
     records = {r["name"]: r for r in previous.get("runs", [])}
+    environment = environment_record()
     for index, run in enumerate(runs, 1):
         out_dir = figures_dir / run.name
         params = run.effective_parameters(fast, out_dir)
         notebook = runs_file.parent / run.notebook
-        fingerprint = _fingerprint(run, notebook, params)
         state_file = build_dir / "state" / f"{run.name}.json"
+        dependencies = {name: _result_digest(build_dir, figures_dir, name) for name in run.after}
+        run_fingerprint = fingerprint(run, notebook, params, runs_file, dependencies, environment)
         state = json.loads(state_file.read_text()) if state_file.exists() else {}
-        if not force and state.get("fingerprint") == fingerprint and (out_dir / SUMMARY_FILE).exists():
+        if not force and state.get("fingerprint") == run_fingerprint and (out_dir / SUMMARY_FILE).exists():
             log(f"[{index}/{len(runs)}] {run.name}: unchanged since its last run, reused")
             continue
+        # From here on the old result is not current: no record of it survives a failure.
+        state_file.unlink(missing_ok=True)
+        if records.pop(run.name, None) is not None:
+            _write_manifest(manifest_path, records, runs_file)
         executed = build_dir / "notebooks" / f"{run.name}.ipynb"
         executed.parent.mkdir(parents=True, exist_ok=True)
-        (out_dir / SUMMARY_FILE).unlink(missing_ok=True)
-        log(f"[{index}/{len(runs)}] {run.name}: running {run.notebook} with {params}")
-        start = time.time()
+        figures_dir.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".tmp-{run.name}-", dir=figures_dir))
         try:
-            papermill.execute_notebook(str(notebook), str(executed), parameters=params, kernel_name=kernel,
-                                       cwd=str(notebook.parent), progress_bar=False,
-                                       stdout_file=sys.stdout if stream else None,
-                                       stderr_file=sys.stderr if stream else None)
-        except papermill.PapermillExecutionError as err:
-            raise PipelineError(
-                f"run {run.name!r} failed: notebook {run.notebook}, cell {err.cell_index} (execution count "
-                f"{err.exec_count}): {err.ename}: {err.evalue}\nexecuted copy: {executed}") from None
-        wall = time.time() - start
-        summary_path = out_dir / SUMMARY_FILE
-        if not summary_path.exists():
-            raise PipelineError(f"run {run.name!r}: notebook {run.notebook} finished without writing {summary_path}; "
-                                f"its last cell must call helpers.pipeline.write_summary(out_dir, ...)")
+            params = {**params, "out_dir": str(staging.resolve())}
+            log(f"[{index}/{len(runs)}] {run.name}: running {run.notebook} with "
+                f"{ {k: v for k, v in params.items() if k != 'out_dir'} }")
+            start = time.time()
+            try:
+                papermill.execute_notebook(str(notebook), str(executed), parameters=params, kernel_name=kernel,
+                                           cwd=str(notebook.parent), progress_bar=False,
+                                           stdout_file=sys.stdout if stream else None,
+                                           stderr_file=sys.stderr if stream else None)
+            except papermill.PapermillExecutionError as err:
+                kept = (f"\n{out_dir} still holds the previous result, which the manifest no longer lists"
+                        if out_dir.exists() else "")
+                raise PipelineError(
+                    f"run {run.name!r} failed in {_source_cell(notebook, err.cell_index)} (execution count "
+                    f"{err.exec_count} in the executed copy): {err.ename}: {err.evalue}\n"
+                    f"executed copy: {executed}{kept}") from None
+            wall = time.time() - start
+            if not (staging / SUMMARY_FILE).exists():
+                raise PipelineError(f"run {run.name!r}: notebook {run.notebook} finished without writing "
+                                    f"{SUMMARY_FILE}; its last cell must call helpers.pipeline.write_summary(out_dir, ...)")
+            _replace_folder(staging, out_dir)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        summary = json.loads((out_dir / SUMMARY_FILE).read_text())
         records[run.name] = dict(
             name=run.name, notebook=run.notebook, parameters={k: v for k, v in params.items() if k != "out_dir"},
-            wall_time_s=round(wall, 1), executed_notebook=str(executed),
-            figures=sorted(p.name for p in out_dir.glob("*.png")), summary=json.loads(summary_path.read_text()))
-        atomic_write_json(state_file, {"fingerprint": fingerprint, "wall_time_s": round(wall, 1)})
+            wall_time_s=round(wall, 1), executed_notebook=str(executed), torch_threads=environment["torch_threads"],
+            figures=sorted(p.name for p in out_dir.glob("*.png")), summary=summary)
+        atomic_write_json(state_file, {"fingerprint": run_fingerprint, "wall_time_s": round(wall, 1),
+                                       "result": _summary_digest(out_dir)})
         log(f"[{index}/{len(runs)}] {run.name}: done in {wall:.0f} s")
         _write_manifest(manifest_path, records, runs_file)
     return _write_manifest(manifest_path, records, runs_file)
+
+
+def _summary_digest(out_dir: Path) -> str:
+    return sha256_file(out_dir / SUMMARY_FILE)
+
+
+def _result_digest(build_dir: Path, figures_dir: Path, name: str) -> str:
+    """What a later run that reads run ``name``'s results depends on: its inputs and its summary as last
+    finished ("never finished" if it has not)."""
+    state_file = build_dir / "state" / f"{name}.json"
+    if not state_file.exists() or not (figures_dir / name / SUMMARY_FILE).exists():
+        return "never finished"
+    state = json.loads(state_file.read_text())
+    return f"{state.get('fingerprint')}:{_summary_digest(figures_dir / name)}"
+
+
+def _replace_folder(new: Path, target: Path) -> None:
+    """Put ``new`` where ``target`` is, so figures a run no longer makes are gone with the old folder."""
+    old = None
+    if target.exists():
+        old = target.with_name(f".old-{target.name}-{os.getpid()}")
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(target, old)
+    os.replace(new, target)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def _write_manifest(path: Path, records: dict, runs_file: Path) -> dict:

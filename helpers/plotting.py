@@ -1,6 +1,8 @@
 """One figure style for every notebook, and one way to save figures reproducibly."""
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
 import matplotlib
@@ -21,10 +23,18 @@ def use_style() -> None:
 
 
 def save_figure(fig, out_dir: str | Path, name: str) -> Path:
-    """Save ``fig`` as ``<out_dir>/<name>.png`` with fixed metadata, so a re-run writes identical bytes."""
+    """Save ``fig`` as ``<out_dir>/<name>.png`` with fixed metadata, so a re-run writes identical bytes;
+    through a temporary file and one rename, so an interrupted save never leaves half a PNG."""
     path = Path(out_dir) / f"{name}.png"
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, bbox_inches="tight", metadata={"Software": None, "Creation Time": None})
+    fd, tmp = tempfile.mkstemp(prefix=f".tmp-{name}-", suffix=".png", dir=path.parent)
+    os.close(fd)
+    try:
+        fig.savefig(tmp, format="png", bbox_inches="tight", metadata={"Software": None, "Creation Time": None})
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
     return path
 
 

@@ -41,11 +41,20 @@ def test_pipeline_writes_figures_summary_manifest_and_reuses_finished_runs(tmp_p
     assert (tmp_path / "figures" / "nb01-tiny" / "spectra.png").read_bytes() == image  # deterministic figure
 
 
+@pytest.mark.parametrize("model", ["tiny-gpt2", "tiny-gemma3", "tiny-gemma2"])
+def test_notebook_01_runs_on_every_architecture(tmp_path, model):
+    runs = make_runs(tmp_path, f'[[runs]]\nname = "nb01"\nnotebook = "01_augmented_matrices.ipynb"\n'
+                               f'parameters = {{ model_name = "{model}" }}\n')
+    manifest = run_pipeline(runs, figures_dir=tmp_path / "figures", build_dir=tmp_path / "build", fast=True,
+                            log=print)
+    assert manifest["runs"][0]["summary"]["worst_identity_error"] < 1e-4
+
+
 def test_pipeline_stops_at_first_failure_naming_notebook_and_cell(tmp_path):
     runs = make_runs(tmp_path, '[[runs]]\nname = "broken"\nnotebook = "01_augmented_matrices.ipynb"\n'
                                'parameters = { model_name = "no-such-model" }\n'
                                '[[runs]]\nname = "never"\nnotebook = "01_augmented_matrices.ipynb"\n')
-    with pytest.raises(PipelineError, match=r"broken.*01_augmented_matrices.ipynb, cell \d+.*no-such-model"):
+    with pytest.raises(PipelineError, match=r"broken.*cell \d+ .*01_augmented_matrices.ipynb.*no-such-model"):
         run_pipeline(runs, figures_dir=tmp_path / "figures", build_dir=tmp_path / "build", fast=True, log=print)
     assert not (tmp_path / "figures" / "never").exists()
 
@@ -60,3 +69,151 @@ def test_every_declared_run_executes_in_fast_mode_on_its_real_model(tmp_path):
     for record in manifest["runs"]:
         assert record["figures"], record["name"]
         assert record["summary"]["model"] == record["parameters"]["model_name"]
+
+
+# --- a minimal notebook, to test the pipeline's rules in seconds -----------------------------------------
+
+def tiny_notebook(folder: Path, body: str = "") -> Path:
+    """Parameters cell, a cell that may fail, a figure per name in ``figures``, a summary."""
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.metadata["language_info"] = {"name": "python"}
+    params = nbformat.v4.new_code_cell('figures = ["a"]\nfail = False\nx = 1.5\nlabel = "z"\ndata_file = None\n'
+                                       'fast = False\nout_dir = "."')
+    params.metadata["tags"] = ["parameters"]
+    nb.cells = [nbformat.v4.new_markdown_cell("# tiny"), params,
+                nbformat.v4.new_code_cell("import matplotlib.pyplot as plt\nfrom helpers.plotting import save_figure\n"
+                                          "from helpers.pipeline import write_summary" + body),
+                nbformat.v4.new_markdown_cell("a note"),
+                nbformat.v4.new_code_cell("if fail:\n    raise ValueError('asked to fail')"),
+                nbformat.v4.new_code_cell("for name in figures:\n    fig = plt.figure(); save_figure(fig, out_dir, name)\n"
+                                          "write_summary(out_dir, {'model': 'none', 'x': x, 'label': label})")]
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "tiny.ipynb"
+    nbformat.write(nb, path)
+    return path
+
+
+def tiny_runs(tmp_path: Path, runs: str) -> tuple[Path, dict]:
+    tiny_notebook(tmp_path / "notebooks")
+    path = tmp_path / "notebooks" / "runs.toml"
+    path.write_text(runs)
+    return path, dict(figures_dir=tmp_path / "figures", build_dir=tmp_path / "build")
+
+
+ONE_RUN = '[[runs]]\nname = "t"\nnotebook = "tiny.ipynb"\nparameters = {{ {} }}\n'
+
+
+def test_a_failed_rerun_leaves_the_previous_result_whole_and_unlisted(tmp_path):
+    runs, kwargs = tiny_runs(tmp_path, ONE_RUN.format('figures = ["a", "b"]'))
+    run_pipeline(runs, log=print, **kwargs)
+    folder = tmp_path / "figures" / "t"
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    assert set(before) == {"a.png", "b.png", "summary.json"}
+    runs.write_text(ONE_RUN.format('figures = ["a", "c"], fail = true'))
+    with pytest.raises(PipelineError):
+        run_pipeline(runs, log=print, **kwargs)
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before  # nothing mixed in
+    assert json.loads((tmp_path / "figures" / "manifest.json").read_text())["runs"] == []  # not current any more
+    assert not [p for p in (tmp_path / "figures").iterdir() if p.name.startswith(".")]  # no staging left
+
+
+def test_a_rerun_removes_figures_the_run_no_longer_makes(tmp_path):
+    runs, kwargs = tiny_runs(tmp_path, ONE_RUN.format('figures = ["a", "b"]'))
+    run_pipeline(runs, log=print, **kwargs)
+    runs.write_text(ONE_RUN.format('figures = ["a", "c"]'))
+    manifest = run_pipeline(runs, log=print, **kwargs)
+    assert sorted(p.name for p in (tmp_path / "figures" / "t").iterdir()) == ["a.png", "c.png", "summary.json"]
+    assert manifest["runs"][0]["figures"] == ["a.png", "c.png"]
+    assert manifest["runs"][0]["summary"]["torch_threads"] >= 1
+
+
+def test_the_error_names_the_source_notebooks_cell(tmp_path):
+    runs, kwargs = tiny_runs(tmp_path, ONE_RUN.format('fail = true'))
+    # source cells: 0 markdown, 1 parameters, 2 imports, 3 markdown, 4 the failing cell (5 in papermill's copy)
+    with pytest.raises(PipelineError, match=r"cell 4 \(counting from 0.*tiny.ipynb, which begins 'if fail:'.*"
+                                            r"execution count 4 in the executed copy\).*asked to fail"):
+        run_pipeline(runs, log=print, **kwargs)
+
+
+@pytest.mark.parametrize("parameters,message", [
+    ('fial = true', r"no parameter 'fial'; did you mean 'fail'\?"),
+    ('x = "0.5"', r"x='0.5' is a str, but tiny.ipynb expects a float"),
+    ('figures = "a"', r"figures='a' is a str, but tiny.ipynb expects a list of str"),
+    ('figures = [1]', r"figures=\[1\] is a list, but tiny.ipynb expects a list of str"),
+    ('fail = 1', r"fail=1 is a int, but tiny.ipynb expects a bool"),
+])
+def test_a_mistyped_parameter_is_refused_before_anything_runs(tmp_path, parameters, message):
+    runs, kwargs = tiny_runs(tmp_path, ONE_RUN.format(parameters))
+    with pytest.raises(PipelineError, match=message):
+        run_pipeline(runs, log=print, **kwargs)
+    assert not (tmp_path / "build" / "notebooks").exists()  # refused before executing
+
+
+def test_declared_parameters_of_every_notebook_accept_their_runs():
+    from helpers.pipeline import check_parameters
+
+    for run in load_runs(NOTEBOOKS / "runs.toml"):
+        for fast in (False, True):
+            check_parameters(NOTEBOOKS / run.notebook, run.effective_parameters(fast, Path("out")), run.name)
+    with pytest.raises(PipelineError, match="no parameter 'procesing'; did you mean 'processing'"):
+        check_parameters(NOTEBOOKS / "01_augmented_matrices.ipynb", {"procesing": "raw"})
+    with pytest.raises(PipelineError, match="seed='0' is a str.*expects a int"):
+        check_parameters(NOTEBOOKS / "02_masking.ipynb", {"seed": "0"})
+    with pytest.raises(PipelineError, match="alphas=0.001 is a float.*expects a list of float"):
+        check_parameters(NOTEBOOKS / "02_masking.ipynb", {"alphas": 0.001})
+
+
+def test_a_run_is_reused_only_while_every_input_is_unchanged(tmp_path):
+    (tmp_path / "data.txt").write_text("one")
+    (tmp_path / "corpus.txt").write_text("text")
+    runs, kwargs = tiny_runs(tmp_path, ONE_RUN.format('data_file = "../corpus.txt"') +
+                             'inputs = ["../data.txt"]\n'
+                             '[[runs]]\nname = "reader"\nnotebook = "tiny.ipynb"\nafter = ["t"]\n')
+    logs = []
+    run_pipeline(runs, log=logs.append, **kwargs)
+
+    def rerun(**options) -> list[str]:
+        logs.clear()
+        run_pipeline(runs, log=logs.append, **options, **kwargs)
+        return [line.split(":")[0].split()[-1] for line in logs if "running" in line]
+
+    assert rerun() == []  # nothing changed
+    (tmp_path / "data.txt").write_text("two")  # a declared input
+    assert rerun() == ["t", "reader"]  # and the run that reads t's result
+    (tmp_path / "corpus.txt").write_text("more text")  # a file a parameter names
+    assert rerun() == ["t", "reader"]
+    assert rerun(only=["reader"]) == []
+    assert rerun(force=True) == ["t", "reader"]
+
+
+def test_the_fingerprint_covers_imported_helpers_packages_and_upstream_results(tmp_path):
+    from helpers.pipeline import PACKAGE_ROOT, Run, environment_record, fingerprint, helper_modules
+
+    root = tmp_path / "helpers"
+    shutil.copytree(PACKAGE_ROOT, root, ignore=shutil.ignore_patterns("__pycache__"))
+    notebook = NOTEBOOKS / "04_tiled_svd.ipynb"
+    run = Run("r", notebook.name, after=["up"])
+    environment = environment_record()
+
+    def digest(env=environment, upstream="u1"):
+        return fingerprint(run, notebook, {"seed": 0}, NOTEBOOKS / "runs.toml", {"up": upstream}, env, root)
+
+    first = digest()
+    assert digest() == first
+    imported = {p.stem for p in helper_modules(notebook, root)}
+    assert {"checks", "tiling", "sites", "site_statistics", "corpus", "models"} <= imported
+    assert not imported & {"masks", "mask_training", "tasks", "head_study", "steering"}  # paper 1's code
+    with open(root / "masks.py", "a") as handle:
+        handle.write("\n# an unrelated change\n")
+    assert digest() == first
+    with open(root / "tiling.py", "a") as handle:
+        handle.write("\n# a change to code the notebook runs\n")
+    second = digest()
+    assert second != first
+    changed = {**environment, "packages": environment["packages"] + ["newpackage==1.0"]}
+    assert digest(env=changed) != second
+    assert digest(env={**environment, "torch_threads": environment["torch_threads"] + 1}) != second
+    assert digest(upstream="u2") != second
