@@ -213,6 +213,15 @@ def bootstrap_rho(change: torch.Tensor, prediction: torch.Tensor, n_boot: int, s
     return float(np.percentile(values, 2.5)), float(np.percentile(values, 97.5))
 
 
+def rule_c1(rho: float, jaccard: float, layer: int, thresholds: dict) -> bool | None:
+    """C1: the steer follows the lens (ρ ≥ threshold, or top-k Jaccard ≥ threshold); None below ``min_layer``
+    (not judged)."""
+    t = thresholds["C"]
+    if layer < t["min_layer"]:
+        return None
+    return bool(rho >= t["rho"] or jaccard >= t["jaccard"])
+
+
 def check_c(model, plans: list[StreamPlan], texts: SteerTexts, thresholds: dict, seed: int = 0,
             progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(verdicts per residual site, dose–response rows). Directions per site: the tile mount with the
@@ -242,8 +251,7 @@ def check_c(model, plans: list[StreamPlan], texts: SteerTexts, thresholds: dict,
             change = steered_change(model, plan.site, directions["tile"], alpha, texts, base).mean(0)
             dose.append(dict(layer=plan.site.layer, site=plan.kind, alpha=alpha, rho=spearman(change, b_ranks=tile_ranks),
                              jaccard=top_jaccard(change, predictions[0], t["top"]), size=float(change.norm())))
-        judged = plan.site.layer >= t["min_layer"]
-        row["C1"] = (row["rho_tile"] >= t["rho"] or row["jaccard_tile"] >= t["jaccard"]) if judged else None
+        row["C1"] = rule_c1(row["rho_tile"], row["jaccard_tile"], plan.site.layer, thresholds)
         rows.append(row)
     return pd.DataFrame(rows), pd.DataFrame(dose)
 

@@ -2,11 +2,12 @@
 and the whole sweep on a tiny model with its negative control."""
 from types import SimpleNamespace
 
+import pandas as pd
 import pytest
 import torch
 
-from helpers.checks import (check_a, check_b, lens, load_thresholds, spearman, steer_texts, steered_change, sweep,
-                            top_jaccard, last_token_logits)
+from helpers.checks import (Sweep, check_a, check_b, check_c, lens, load_thresholds, rule_c1, spearman, steer_texts,
+                            steered_change, sweep, top_jaccard, last_token_logits)
 from helpers.corpus import sample_tokens
 from helpers.models import gpt2_tokenizer, load_model
 from helpers.site_statistics import StreamPlan
@@ -73,6 +74,46 @@ def test_rule_b_on_constructed_coverage(lifts, residual, expected):
     site = Site(0, "mlp.down" if residual else "mlp.gate")
     row = check_b(fake_stats(site, dict(tile=0.1, random=0.1), coverage=coverage), T).iloc[0]
     assert bool(row["B1"]) == expected and row["peak"] == pytest.approx(max(lifts))
+
+
+@pytest.mark.parametrize("rho,jaccard,layer,expected", [
+    (0.30, 0.00, 6, True),    # ρ 0.30 ≥ 0.05
+    (0.05, 0.00, 9, True),    # ρ exactly at the threshold
+    (0.01, 0.10, 9, True),    # ρ below, Jaccard 0.10 ≥ 0.05
+    (0.04, 0.04, 9, False),   # both below
+    (-0.50, 0.00, 17, False),  # a steer against the lens
+    (0.90, 0.90, 5, None),    # below min_layer 6: not judged, whatever the numbers
+])
+def test_rule_c_on_constructed_statistics(rho, jaccard, layer, expected):
+    assert rule_c1(rho, jaccard, layer, T) is expected
+
+
+def test_a_failed_c1_fails_the_site_and_an_unjudged_one_does_not():
+    a = pd.DataFrame(dict(layer=[6, 7, 8], site=["attn.o"] * 3, effective=False, A1=True, A2=True, A4=True,
+                          A_pass=True))
+    b = pd.DataFrame(dict(layer=[6, 7, 8], site=["attn.o"] * 3, B1=True))
+    c = pd.DataFrame(dict(layer=[6, 7, 8], site=["attn.o"] * 3, C1=[True, False, None]))
+    verdicts = Sweep(a, b, c, pd.DataFrame(), {}).verdicts()
+    assert verdicts["pass"].tolist() == [True, False, True]
+
+
+def test_check_c_judges_a_real_steer_that_follows_the_lens(tmp_path, monkeypatch):
+    """On the last layer of a tiny model a small steer follows the lens (ρ near 1): with C judged from
+    layer 0 the verdict must be a pass; with a ρ and Jaccard no steer can reach, a fail."""
+    monkeypatch.setenv("SVDIRS_CACHE", str(tmp_path))
+    from helpers.checks import build_plans
+
+    model = load_model("tiny-gemma3", processing="raw")
+    sample = sample_tokens(gpt2_tokenizer(), n_tokens=60, max_tokens=16, tokenizer_name="gpt2")
+    texts = steer_texts(sample, n_texts=4)
+    site = Site(model.n_layers - 1, "mlp.down")
+    easy = {**T, "C": {**T["C"], "min_layer": 0, "bootstrap": 5, "alpha": 1e-3, "dose_alphas": [1e-3]}}
+    plans = build_plans(model, [site], easy, effective=False)
+    rows, _ = check_c(model, plans, texts, easy, progress=False)
+    assert rows["rho_tile"].iloc[0] > 0.9 and rows["C1"].tolist() == [True]
+    hard = {**easy, "C": {**easy["C"], "rho": 1.01, "jaccard": 1.01}}
+    rows, _ = check_c(model, plans, texts, hard, progress=False)
+    assert rows["C1"].tolist() == [False]
 
 
 def test_rank_statistics():
