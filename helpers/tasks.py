@@ -65,6 +65,9 @@ class Task:
         """(train, held-out) random split."""
         order = torch.randperm(len(self), generator=torch.Generator().manual_seed(seed))
         cut = int(round(fraction * len(self)))
+        if not 0 < cut < len(self):
+            raise ValueError(f"splitting {len(self)} {self.name} prompts at {fraction} leaves one part empty; "
+                             f"use n_prompts ≥ 2 (each part needs prompts)")
         return self.subset(order[:cut]), self.subset(order[cut:])
 
 

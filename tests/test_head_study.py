@@ -6,7 +6,7 @@ import torch
 from helpers.faithfulness import CircuitEvaluator
 from helpers.head_study import (HeadReading, _matched_controls, ablation_effects, attention_spectra, by_role,
                                 choose_case_study_head, subfunction_evidence)
-from helpers.masks import AblationRule, MaskedModel
+from helpers.masks import AblationRule, FixedMasks, MaskedModel
 from helpers.tasks import ioi_positions, ioi_task
 from tests.conftest import cached_model
 
@@ -84,10 +84,24 @@ def test_ablating_a_direction_moves_the_metric_and_controls_are_sigma_matched():
     spectra = attention_spectra(model)
     assert spectra["qk"].shape == (model.n_layers, model.n_heads, model.d_head)
     effects = ablation_effects(evaluator, model, spectra, 1, 0, {"ov": [0, 1], "qk": [0]}, n_controls=2, progress=False)
-    assert list(effects.kind) == ["ov", "ov", "qk"]
-    assert float(effects.metric_change.abs().min()) > 0
-    assert bool((effects.kl > 0).all())
-    assert effects.beyond_controls.dtype == bool
+    assert list(effects.kind) == ["ov", "ov", "qk"] and list(effects.direction) == [0, 1, 0]
+    # the full model's metric from a plain forward (the oracle), then each row against its own ablation
+    with torch.no_grad():
+        logits = model.bridge(task.clean)
+    from helpers.tasks import answer_logits, logit_diff
+
+    full = float(logit_diff(answer_logits(logits, task), task).mean())
+    ones = FixedMasks.ones(model)
+    assert evaluator.evaluate(ones)["metric"] == pytest.approx(full, abs=1e-4)
+    for row in effects.itertuples():
+        blocks = {name: value.clone() for name, value in ones.blocks.items()}
+        blocks[f"1_{row.kind}"][0, row.direction] = 0.0
+        ablated = evaluator.evaluate(FixedMasks(blocks))
+        assert row.metric_change == pytest.approx(ablated["metric"] - full, abs=1e-4)
+        assert row.kl == pytest.approx(ablated["kl"]) and row.kl > 0
+        assert row.sigma == pytest.approx(float(spectra[row.kind][1, 0, row.direction]))
+        assert row.beyond_controls == (abs(row.metric_change) > row.control_max_abs)
+        assert row.control_max_abs >= abs(row.control_mean)
 
 
 def test_subfunction_evidence_follows_its_declared_criteria():
