@@ -45,6 +45,10 @@ def test_sample_is_seeded_cached_excludes_bos_and_splits_by_sequence(monkeypatch
     assert all(int(p) < len(a.sequences[int(s)]) for s, p in a.positions)
     halves = a.halves()
     assert set(halves["fit"]).isdisjoint(halves["score"])
+    # the declared rule: even sequences fit, odd ones score, every sampled position in its sequence's half
+    assert all(s % 2 == 0 for s in halves["fit"]) and all(s % 2 == 1 for s in halves["score"])
+    for seq, pos in a.positions.tolist():
+        assert pos in halves["fit" if seq % 2 == 0 else "score"][seq]
     assert sum(len(v) for h in halves.values() for v in h.values()) == 500
     assert a.record()["sha256"] == b.record()["sha256"]
     with pytest.raises(ValueError, match="exceeds the corpus"):

@@ -7,6 +7,18 @@ from helpers.models import load_model
 from helpers.tasks import ioi_task
 from tests.conftest import TINY_MODELS, cached_model
 
+def test_the_papers_rule_is_qk_zero_at_all_positions_and_ov_mlp_corrupted_at_the_answer():
+    from helpers.masks import KINDS
+
+    rule = AblationRule.paper()
+    assert "qk" in KINDS and {"ov", "mlp_out"} <= set(KINDS)
+    for kind in KINDS:
+        expected = ("zero", "all") if kind == "qk" else ("corrupted", "answer")
+        assert (rule.reference[kind], rule.positions[kind]) == expected, kind
+    uniform = AblationRule.uniform("mean", "answer")
+    assert set(uniform.reference.values()) == {"mean"} and set(uniform.positions.values()) == {"answer"}
+
+
 RULES = [AblationRule.uniform(r, p) for r in ("zero", "mean", "corrupted") for p in ("all", "answer")] + [
     AblationRule.paper()]
 

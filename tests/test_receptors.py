@@ -41,6 +41,20 @@ def test_the_planted_receptor_is_found_first_and_the_decoys_are_not():
     assert len(found) == 1  # noise never reaches d' ≥ 1 with 100 prompts per class
 
 
+def test_separation_and_score_against_a_hand_computation():
+    from helpers.receptors import receptor_statistics
+
+    values = torch.tensor([1.0, 3.0, 6.0, 6.0, 9.0, 9.0])  # class A: 1, 3 (var 2); class B: 6, 6, 9, 9 (var 3)
+    is_a = torch.tensor([True, True, False, False, False, False])
+    stats = receptor_statistics(values.reshape(6, 1, 1, 1), torch.full((1, 1, 1), 2.0), is_a)
+    assert float(stats["mean_a"]) == pytest.approx(2.0) and float(stats["mean_b"]) == pytest.approx(7.5)
+    assert float(stats["separation"]) == pytest.approx(5.5 / (0.5 * (2 + 3)) ** 0.5)  # pooled std of both classes
+    # score = mean of s_n (a_n − ā) f with ā = 34/6, s = +1 for A, −1 for B, f = 2
+    mean = 34 / 6
+    by_hand = 2 * ((1 - mean) + (3 - mean) - (6 - mean) * 2 - (9 - mean) * 2) / 6
+    assert float(stats["score"]) == pytest.approx(by_hand)
+
+
 def test_per_prompt_footprints_give_the_same_answer_as_a_shared_one():
     coefficients, footprint, is_a = planted()
     shared = find_receptors(coefficients, footprint, is_a)
