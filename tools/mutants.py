@@ -1,0 +1,79 @@
+"""Mutation check: break one core rule at a time, run the tests that name it, and say whether they caught it.
+
+    python tools/mutants.py            # every mutant (about 10 minutes on 2 cores)
+    python tools/mutants.py 3 7        # only mutants 3 and 7
+
+Each mutant is a plausible bug (an inverted verdict, a swapped answer, a missing term). A mutant the tests
+do not catch is a test that cannot fail: add the test. Files are restored after each mutant, even on
+Ctrl-C; the script refuses to run on uncommitted changes to helpers/ so nothing real is overwritten.
+"""
+import pathlib
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+MUTANTS = [  # (file, original text, mutated text, tests to run, what the mutant breaks)
+ ("helpers/masks.py", 'ref = {k: ("zero" if k == "qk" else "corrupted") for k in KINDS}', 'ref = {k: ("corrupted" if k == "qk" else "zero") for k in KINDS}', "tests/test_masks.py", "paper rule: QK/OV references swapped"),
+ ("helpers/masks.py", "refs[kind] = (a * weights).sum((0, 1)) / weights.sum()", "refs[kind] = a.mean((0, 1))", "tests/test_masks.py", "mean reference over padding too"),
+ ("helpers/faithfulness.py", "flat[torch.randperm(v.numel(), generator=generator)[: int(v.sum())]] = 1.0", "flat[torch.randperm(v.numel(), generator=generator)[: int(v.sum()) + 1]] = 1.0", "tests/test_faithfulness.py", "random control keeps one direction more"),
+ ("helpers/tasks.py", "        io_ids.append(token_id(tok, \" \" + io))\n        s_ids.append(token_id(tok, \" \" + s))", "        io_ids.append(token_id(tok, \" \" + s))\n        s_ids.append(token_id(tok, \" \" + io))", "tests/test_tasks.py", "IOI answer = S instead of IO"),
+ ("helpers/receptors.py", "sign = torch.where(is_a, 1.0, -1.0)", "sign = torch.where(is_a, -1.0, 1.0)", "tests/test_receptors.py", "receptor score sign flipped"),
+ ("helpers/receptors.py", "pooled = torch.sqrt(0.5 * (a[is_a].var(0) + a[~is_a].var(0))).clamp_min(1e-12)", "pooled = torch.sqrt(a[is_a].var(0)).clamp_min(1e-12)", "tests/test_receptors.py", "d' with one class's std only"),
+ ("helpers/steering.py", "out[name] = noise / noise.norm(dim=-1, keepdim=True) * vectors.double().norm(dim=-1, keepdim=True)", "out[name] = noise * vectors.double().norm(dim=-1, keepdim=True)", "tests/test_steering.py", "random control not equal-norm"),
+ ("helpers/corpus.py", 'out["fit" if seq % 2 == 0 else "score"]', 'out["fit" if seq % 3 == 0 else "score"]', "tests/test_corpus.py", "fit/score halves uneven"),
+ ("helpers/tiling.py", "U, S, _ = torch.linalg.svd(W[:, start:end], full_matrices=False)", "U, S, _ = torch.linalg.svd(W[:, start:end + 1], full_matrices=False)", "tests/test_tiling.py", "tiles overlap by one column"),
+ ("helpers/weights.py", "W_folded = norm.gain[:, None] * W", "W_folded = W", "tests/test_weights.py tests/test_augmented.py", "norm gain not folded"),
+ ("helpers/readout.py", '"suppresses": decode((-logits).topk(k).indices)', '"suppresses": decode(logits.topk(k).indices)', "tests/test_readout.py", "suppressed tokens = promoted ones"),
+ ("helpers/cache.py", "        if expected == actual:\n            return actual", "        if True:\n            return actual", "tests/test_cache.py", "recorded sha256 not compared"),
+ ("helpers/models.py", "    if digest != spec.gguf_sha256:", "    if False:", "tests/test_models.py", "GGUF sha256 not checked"),
+ ("helpers/pipeline.py", "    for item in sorted({*(runs_file.parent / i for i in run.inputs), *parameter_paths(params, notebook.parent)}):", "    for item in sorted(parameter_paths(params, notebook.parent)):", "tests/test_pipeline.py", "declared inputs left out of the fingerprint"),
+ ("helpers/pipeline.py", "    digest.update(json.dumps(environment, sort_keys=True).encode())", "    pass", "tests/test_pipeline.py", "packages/threads left out of the fingerprint"),
+ ("helpers/pipeline.py", "        if records.pop(run.name, None) is not None:", "        if records.get(run.name, None) is None:", "tests/test_pipeline.py", "manifest record kept while a run reruns"),
+ ("helpers/pipeline.py", "            _replace_folder(staging, out_dir)", "            shutil.copytree(staging, out_dir, dirs_exist_ok=True)", "tests/test_pipeline.py", "new figures copied over the old folder"),
+ ("helpers/pipeline.py", "        if not _fits(value, declared[name]):", "        if False:", "tests/test_pipeline.py", "parameter types not checked"),
+ ("helpers/pipeline.py", "    index = executed_index - 1 if executed_index > params else executed_index", "    index = executed_index", "tests/test_pipeline.py", "error cell indexes papermill's copy"),
+ ("helpers/sites.py", "or not 0 <= layer < model.n_layers]", "or not -model.n_layers <= layer < model.n_layers]", "tests/test_bad_input.py", "negative layers accepted"),
+ ("helpers/quantization.py", "difference = svd_of_product(torch.cat([A2, A], -1), torch.cat([B2, -B], -1))", "difference = svd_of_product(torch.cat([A2, A], -1), torch.cat([B2, B], -1))", "tests/test_quantization.py", "noise floor of A2B2 + AB instead of the difference"),
+ ("helpers/augmented.py", "sign = torch.sign(torch.gather(V, -2, idx))", "sign = -torch.sign(torch.gather(V, -2, idx))", "tests/test_augmented.py", "canonical sign makes the largest entry negative"),
+ ("helpers/attribution.py", "out[layer] = torch.einsum(\"nhd,nd->nh\", heads / final_scale[:, None], contrast).mean(0)", "out[layer] = torch.einsum(\"nhd,nd->nh\", heads, contrast).mean(0)", "tests/test_attribution.py", "DLA without the final norm's scale"),
+ ("helpers/head_study.py", "    distance[layer, head] = float(\"inf\")", "    pass", "tests/test_head_study.py", "controls may come from the studied head"),
+ ("helpers/head_study.py", "beyond_controls=abs(result[\"metric\"] - base[\"metric\"]) > float", "beyond_controls=abs(result[\"metric\"] - base[\"metric\"]) < float", "tests/test_head_study.py", "beyond-controls verdict inverted"),
+ ("helpers/checks.py", "    return bool(rho >= t[\"rho\"] or jaccard >= t[\"jaccard\"])", "    return not bool(rho >= t[\"rho\"] or jaccard >= t[\"jaccard\"])", "tests/test_checks.py", "C1 verdict inverted"),
+ ("helpers/checks.py", "        row[\"A2\"] = tile >= columns - t[\"a2_tolerance\"]", "        row[\"A2\"] = tile >= columns + t[\"a2_tolerance\"]", "tests/test_checks.py", "A2 tolerance with the wrong sign"),
+ ("helpers/tasks.py", "        correct.append(he if is_male else she)", "        correct.append(he)", "tests/test_tasks.py", "every gender answer ' he'"),
+ ("helpers/tasks.py", "        corrupt.append(template.format(NAME=other))", "        corrupt.append(template.format(NAME=name))", "tests/test_tasks.py", "gender corruption keeps the name"),
+ ("helpers/augmented.py", "Uc, S, Vch = torch.linalg.svd(Ra @ Rb.transpose(-1, -2), full_matrices=False)", "Uc, S, Vch = torch.linalg.svd(Ra @ Rb.transpose(-1, -2))", "tests/test_augmented.py", "square-core SVD (wide factors crash)"),
+]
+
+
+def main(selected: list[str]) -> int:
+    if subprocess.run(["git", "diff", "--quiet", "--", "helpers"], cwd=ROOT).returncode != 0:
+        print("helpers/ has uncommitted changes; commit or stash them first (mutants are written in place)")
+        return 2
+    missed = 0
+    for index, (path, old, new, tests, what) in enumerate(MUTANTS):
+        if selected and str(index) not in selected:
+            continue
+        file = ROOT / path
+        source = file.read_text()
+        if source.count(old) != 1:
+            print(f"[{index}] STALE: the original text of {path} is not there once; update the mutant ({what})")
+            missed += 1
+            continue
+        file.write_text(source.replace(old, new))
+        try:
+            result = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-m", "not slow", "-p",
+                                     "no:cacheprovider", *tests.split()], cwd=ROOT, capture_output=True, text=True)
+        finally:
+            file.write_text(source)
+        failed = [line for line in result.stdout.splitlines() if line.startswith("FAILED")]
+        caught = result.returncode != 0
+        missed += not caught
+        print(f"[{index}] {'caught' if caught else 'MISSED'}: {path}: {what}" + (f" <- {failed[0][7:]}" if failed else ""),
+              flush=True)
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
