@@ -44,6 +44,7 @@ def fake_stats(site, f_means, effective=False, coverage=None):
     (0.106, 0.100, 0.100, True, (True, True, True)),   # tile lift 0.1 > 0.005, ≥ columns, ≥ whole
     (0.104, 0.100, 0.100, True, (False, True, True)),  # lift 0.004: A1 fails
     (0.150, 0.160, 0.100, True, (True, False, True)),  # columns beat tile by 0.01 > 0.002: A2 fails
+    (0.150, 0.151, 0.100, True, (True, True, True)),   # columns ahead by 0.001, within the 0.002 tolerance
     (0.150, 0.100, 0.300, True, (True, True, False)),  # whole far ahead: lift ratio 0.05/0.2 < 0.8, A4 fails
     (0.150, 0.100, 0.300, False, (True, True, False)),  # non-residual: ratio 0.25 < 0.7
     (0.150, 0.100, 0.164, False, (True, True, True)),  # non-residual: ratio 0.05/0.064 = 0.78 ≥ 0.7
