@@ -29,6 +29,7 @@ import os
 import platform
 import re
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -321,6 +322,8 @@ def run_pipeline(runs_file: str | Path = "notebooks/runs.toml", figures_dir: str
         executed = build_dir / "notebooks" / f"{run.name}.ipynb"
         executed.parent.mkdir(parents=True, exist_ok=True)
         figures_dir.mkdir(parents=True, exist_ok=True)
+        for left in figures_dir.glob(f".tmp-{run.name}-*"):  # staging of a run killed before it could clean up
+            shutil.rmtree(left, ignore_errors=True)
         staging = Path(tempfile.mkdtemp(prefix=f".tmp-{run.name}-", dir=figures_dir))
         try:
             params = {**params, "out_dir": str(staging.resolve())}
@@ -403,6 +406,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--figures", default="figures")
     parser.add_argument("--build", default="build")
     args = parser.parse_args(argv)
+    # `kill` and CI timeouts send SIGTERM: exit through the same clean-up as Ctrl-C (staging folder removed)
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     try:
         run_pipeline(args.runs, args.figures, args.build, fast=args.fast, force=args.force, only=args.only,
                      stream=True)

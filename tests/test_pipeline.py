@@ -81,13 +81,14 @@ def tiny_notebook(folder: Path, body: str = "") -> Path:
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nb.metadata["language_info"] = {"name": "python"}
     params = nbformat.v4.new_code_cell('figures = ["a"]\nfail = False\nx = 1.5\nlabel = "z"\ndata_file = None\n'
-                                       'fast = False\nout_dir = "."')
+                                       'wait = 0.0\nfast = False\nout_dir = "."')
     params.metadata["tags"] = ["parameters"]
     nb.cells = [nbformat.v4.new_markdown_cell("# tiny"), params,
                 nbformat.v4.new_code_cell("import matplotlib.pyplot as plt\nfrom helpers.plotting import save_figure\n"
                                           "from helpers.pipeline import write_summary" + body),
                 nbformat.v4.new_markdown_cell("a note"),
-                nbformat.v4.new_code_cell("if fail:\n    raise ValueError('asked to fail')"),
+                nbformat.v4.new_code_cell("if fail:\n    raise ValueError('asked to fail')\n"
+                                          "import time; time.sleep(wait)"),
                 nbformat.v4.new_code_cell("for name in figures:\n    fig = plt.figure(); save_figure(fig, out_dir, name)\n"
                                           "write_summary(out_dir, {'model': 'none', 'x': x, 'label': label})")]
     folder.mkdir(parents=True, exist_ok=True)
@@ -128,6 +129,33 @@ def test_a_rerun_removes_figures_the_run_no_longer_makes(tmp_path):
     assert sorted(p.name for p in (tmp_path / "figures" / "t").iterdir()) == ["a.png", "c.png", "summary.json"]
     assert manifest["runs"][0]["figures"] == ["a.png", "c.png"]
     assert manifest["runs"][0]["summary"]["torch_threads"] >= 1
+
+
+def test_a_killed_pipeline_leaves_no_staging_folder_and_the_old_result_whole(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    runs, kwargs = tiny_runs(tmp_path, ONE_RUN.format('figures = ["a"]'))
+    run_pipeline(runs, log=print, **kwargs)
+    before = (tmp_path / "figures" / "t" / "a.png").read_bytes()
+    runs.write_text(ONE_RUN.format('figures = ["b"], wait = 60.0'))
+    command = [sys.executable, "-m", "helpers.pipeline", "--runs", str(runs), "--figures", str(tmp_path / "figures"),
+               "--build", str(tmp_path / "build")]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    deadline = time.time() + 120
+    while time.time() < deadline and not list((tmp_path / "figures").glob(".tmp-t-*")):
+        time.sleep(0.2)
+    time.sleep(3)  # the kernel is running the notebook now
+    process.send_signal(signal.SIGTERM)
+    process.wait(timeout=60)
+    assert process.returncode != 0
+    assert sorted(p.name for p in (tmp_path / "figures").iterdir()) == ["manifest.json", "t"]
+    assert (tmp_path / "figures" / "t" / "a.png").read_bytes() == before
+    assert json.loads((tmp_path / "figures" / "manifest.json").read_text())["runs"] == []
 
 
 def test_the_error_names_the_source_notebooks_cell(tmp_path):

@@ -44,6 +44,7 @@ MUTANTS = [  # (file, original text, mutated text, tests to run, what the mutant
  ("helpers/tasks.py", "        correct.append(he if is_male else she)", "        correct.append(he)", "tests/test_tasks.py", "every gender answer ' he'"),
  ("helpers/tasks.py", "        corrupt.append(template.format(NAME=other))", "        corrupt.append(template.format(NAME=name))", "tests/test_tasks.py", "gender corruption keeps the name"),
  ("helpers/augmented.py", "Uc, S, Vch = torch.linalg.svd(Ra @ Rb.transpose(-1, -2), full_matrices=False)", "Uc, S, Vch = torch.linalg.svd(Ra @ Rb.transpose(-1, -2))", "tests/test_augmented.py", "square-core SVD (wide factors crash)"),
+ ("helpers/pipeline.py", "    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))", "    pass", "tests/test_pipeline.py", "SIGTERM kills without clean-up (staging folder left)"),
 ]
 
 
