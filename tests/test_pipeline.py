@@ -222,14 +222,21 @@ def test_the_fingerprint_covers_imported_helpers_packages_and_upstream_results(t
 
     root = tmp_path / "helpers"
     shutil.copytree(PACKAGE_ROOT, root, ignore=shutil.ignore_patterns("__pycache__"))
-    notebook = NOTEBOOKS / "04_tiled_svd.ipynb"
+    notebook = tmp_path / "04_tiled_svd.ipynb"
+    shutil.copy(NOTEBOOKS / notebook.name, notebook)
     run = Run("r", notebook.name, after=["up"])
     environment = environment_record()
 
-    def digest(env=environment, upstream="u1"):
-        return fingerprint(run, notebook, {"seed": 0}, NOTEBOOKS / "runs.toml", {"up": upstream}, env, root)
+    def digest(env=environment, upstream="u1", params=None):
+        return fingerprint(run, notebook, params or {"seed": 0}, NOTEBOOKS / "runs.toml", {"up": upstream}, env, root)
 
     first = digest()
+    assert digest() == first
+    assert digest(params={"seed": 1}) != first
+    assert digest(params={"seed": 0, "out_dir": "/elsewhere"}) == first  # where it writes is not an input
+    notebook.write_text(notebook.read_text().replace("sampled tokens", "sampled  tokens"))
+    assert digest() != first
+    shutil.copy(NOTEBOOKS / notebook.name, notebook)
     assert digest() == first
     imported = {p.stem for p in helper_modules(notebook, root)}
     assert {"checks", "tiling", "sites", "site_statistics", "corpus", "models"} <= imported
