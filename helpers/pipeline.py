@@ -236,6 +236,8 @@ def _fits(value, default) -> bool:
     if isinstance(default, (list, tuple)):
         if not isinstance(value, (list, tuple)):
             return False
+        if default and all(isinstance(d, (int, float)) and not isinstance(d, bool) for d in default):
+            return all(_fits(v, 0.0) for v in value)  # numbers, ints and floats mixed
         kinds = {type(d) for d in default}
         return len(kinds) != 1 or all(_fits(v, default[0]) for v in value)
     return isinstance(value, type(default))
@@ -254,7 +256,11 @@ def check_parameters(notebook: Path, params: dict, run_name: str = "") -> None:
                                 f"{sorted(declared)}.")
         if not _fits(value, declared[name]):
             default = declared[name]
-            element = (f" of {_type_name(default[0])}" if isinstance(default, (list, tuple)) and default else "")
+            element = ""
+            if isinstance(default, (list, tuple)) and default:
+                numbers = all(isinstance(d, (int, float)) and not isinstance(d, bool) for d in default)
+                element = " of numbers" if numbers and len({type(d) for d in default}) > 1 else \
+                    f" of {_type_name(default[0])}"
             raise PipelineError(f"{where}parameter {name}={value!r} is a {_type_name(value)}, but {notebook.name} "
                                 f"expects a {_type_name(default)}{element} (its default is {default!r}); with "
                                 f"papermill, -p passes strings, -y \"{{{name}: ...}}\" passes numbers and lists.")

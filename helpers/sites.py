@@ -48,6 +48,9 @@ class Site:
 
 def check_layers(model, layers) -> list[int]:
     """The layers asked for, refused unless each is an integer in [0, n_layers) and none repeats."""
+    if not isinstance(layers, (list, tuple, range)):
+        raise ValueError(f"layers={layers!r}: expected a list of layer indices (0 to {model.n_layers - 1}), "
+                         f"or None for every layer")
     layers = list(layers)
     bad = [layer for layer in layers if isinstance(layer, bool) or not isinstance(layer, int)
            or not 0 <= layer < model.n_layers]

@@ -50,6 +50,7 @@ def test_token_counts_are_refused_before_the_corpus_is_read(argument, value, mes
     ([-1], r"\[-1\] not a layer"),
     ([0.5], r"\[0.5\] not a layer"),
     ([1, 1], "a layer is repeated"),
+    (5, r"layers=5: expected a list of layer indices \(0 to 1\)"),
 ])
 def test_layers_outside_the_model_are_refused(layers, message):
     model = cached_model("tiny-gemma3", "raw")

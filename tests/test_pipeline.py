@@ -192,6 +192,9 @@ def test_declared_parameters_of_every_notebook_accept_their_runs():
         check_parameters(NOTEBOOKS / "02_masking.ipynb", {"seed": "0"})
     with pytest.raises(PipelineError, match="alphas=0.001 is a float.*expects a list of float"):
         check_parameters(NOTEBOOKS / "02_masking.ipynb", {"alphas": 0.001})
+    with pytest.raises(PipelineError, match=r"scales=\['2'\] is a list.*expects a list of numbers"):
+        check_parameters(NOTEBOOKS / "06_steering.ipynb", {"scales": ["2"]})  # default [1, 1.5, 2, ...]
+    check_parameters(NOTEBOOKS / "06_steering.ipynb", {"scales": [1, 2.5]})
 
 
 def test_a_run_is_reused_only_while_every_input_is_unchanged(tmp_path):
