@@ -41,18 +41,26 @@ def atomic_dir(target: Path) -> Iterator[Path]:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and one rename."""
+@contextlib.contextmanager
+def atomic_file(path: Path, suffix: str = "") -> Iterator[Path]:
+    """Yield a temporary sibling path to write; on success it replaces ``path`` in one rename, on failure
+    it is removed and ``path`` is untouched. ``suffix`` keeps an extension that a writer reads."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".tmp-{path.name}-", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".tmp-{path.name}-", suffix=suffix, dir=path.parent)
+    os.close(fd)
     try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
+        yield Path(tmp)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and one rename."""
+    with atomic_file(path) as tmp:
+        tmp.write_text(text)
 
 
 def atomic_write_json(path: Path, obj) -> None:
@@ -113,17 +121,9 @@ def save_verified(obj, path: Path) -> str:
     """``torch.save`` through a temporary file and one rename, then record its sha256 beside it."""
     import torch
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     checksum_path(path).unlink(missing_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".tmp-{path.name}-", dir=path.parent)
-    os.close(fd)
-    try:
+    with atomic_file(path) as tmp:
         torch.save(obj, tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
     return record_checksum(path)
 
 

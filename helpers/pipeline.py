@@ -31,13 +31,12 @@ import re
 import shutil
 import signal
 import sys
-import tempfile
 import time
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from helpers.cache import atomic_write_json, sha256_file
+from helpers.cache import atomic_dir, atomic_write_json, sha256_file
 
 PACKAGE_ROOT = Path(__file__).resolve().parent
 INJECTED = ("fast", "out_dir")  # parameters every run receives from the pipeline
@@ -225,6 +224,11 @@ def _type_name(value) -> str:
     return type(value).__name__
 
 
+def _numbers(values) -> bool:
+    """Whether every element is an int or a float (bools are not numbers here)."""
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+
+
 def _fits(value, default) -> bool:
     """Whether ``value`` has the type of ``default`` (an int is a float; None as default takes anything)."""
     if default is None:
@@ -236,8 +240,8 @@ def _fits(value, default) -> bool:
     if isinstance(default, (list, tuple)):
         if not isinstance(value, (list, tuple)):
             return False
-        if default and all(isinstance(d, (int, float)) and not isinstance(d, bool) for d in default):
-            return all(_fits(v, 0.0) for v in value)  # numbers, ints and floats mixed
+        if default and _numbers(default):
+            return _numbers(value)  # ints and floats mix in a list of numbers
         kinds = {type(d) for d in default}
         return len(kinds) != 1 or all(_fits(v, default[0]) for v in value)
     return isinstance(value, type(default))
@@ -258,8 +262,7 @@ def check_parameters(notebook: Path, params: dict, run_name: str = "") -> None:
             default = declared[name]
             element = ""
             if isinstance(default, (list, tuple)) and default:
-                numbers = all(isinstance(d, (int, float)) and not isinstance(d, bool) for d in default)
-                element = " of numbers" if numbers and len({type(d) for d in default}) > 1 else \
+                element = " of numbers" if _numbers(default) and len({type(d) for d in default}) > 1 else \
                     f" of {_type_name(default[0])}"
             raise PipelineError(f"{where}parameter {name}={value!r} is a {_type_name(value)}, but {notebook.name} "
                                 f"expects a {_type_name(default)}{element} (its default is {default!r}); with "
@@ -296,8 +299,7 @@ def run_pipeline(runs_file: str | Path = "notebooks/runs.toml", figures_dir: str
     import papermill
 
     runs_file, figures_dir, build_dir = Path(runs_file), Path(figures_dir), Path(build_dir)
-    declared = load_runs(runs_file)
-    runs = declared
+    runs = load_runs(runs_file)
     if only:
         unknown = sorted(set(only) - {r.name for r in runs})
         if unknown:
@@ -330,8 +332,9 @@ def run_pipeline(runs_file: str | Path = "notebooks/runs.toml", figures_dir: str
         figures_dir.mkdir(parents=True, exist_ok=True)
         for left in figures_dir.glob(f".tmp-{run.name}-*"):  # staging of a run killed before it could clean up
             shutil.rmtree(left, ignore_errors=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".tmp-{run.name}-", dir=figures_dir))
-        try:
+        # The staging folder replaces out_dir only if the block finishes: figures a run no longer makes go
+        # with the old folder, and a failure leaves the old folder whole.
+        with atomic_dir(out_dir) as staging:
             params = {**params, "out_dir": str(staging.resolve())}
             log(f"[{index}/{len(runs)}] {run.name}: running {run.notebook} with "
                 f"{ {k: v for k, v in params.items() if k != 'out_dir'} }")
@@ -352,23 +355,15 @@ def run_pipeline(runs_file: str | Path = "notebooks/runs.toml", figures_dir: str
             if not (staging / SUMMARY_FILE).exists():
                 raise PipelineError(f"run {run.name!r}: notebook {run.notebook} finished without writing "
                                     f"{SUMMARY_FILE}; its last cell must call helpers.pipeline.write_summary(out_dir, ...)")
-            _replace_folder(staging, out_dir)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
         summary = json.loads((out_dir / SUMMARY_FILE).read_text())
         records[run.name] = dict(
             name=run.name, notebook=run.notebook, parameters={k: v for k, v in params.items() if k != "out_dir"},
             wall_time_s=round(wall, 1), executed_notebook=str(executed), torch_threads=environment["torch_threads"],
             figures=sorted(p.name for p in out_dir.glob("*.png")), summary=summary)
-        atomic_write_json(state_file, {"fingerprint": run_fingerprint, "wall_time_s": round(wall, 1),
-                                       "result": _summary_digest(out_dir)})
+        atomic_write_json(state_file, {"fingerprint": run_fingerprint, "wall_time_s": round(wall, 1)})
         log(f"[{index}/{len(runs)}] {run.name}: done in {wall:.0f} s")
         _write_manifest(manifest_path, records, runs_file)
     return _write_manifest(manifest_path, records, runs_file)
-
-
-def _summary_digest(out_dir: Path) -> str:
-    return sha256_file(out_dir / SUMMARY_FILE)
 
 
 def _result_digest(build_dir: Path, figures_dir: Path, name: str) -> str:
@@ -378,19 +373,7 @@ def _result_digest(build_dir: Path, figures_dir: Path, name: str) -> str:
     if not state_file.exists() or not (figures_dir / name / SUMMARY_FILE).exists():
         return "never finished"
     state = json.loads(state_file.read_text())
-    return f"{state.get('fingerprint')}:{_summary_digest(figures_dir / name)}"
-
-
-def _replace_folder(new: Path, target: Path) -> None:
-    """Put ``new`` where ``target`` is, so figures a run no longer makes are gone with the old folder."""
-    old = None
-    if target.exists():
-        old = target.with_name(f".old-{target.name}-{os.getpid()}")
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(target, old)
-    os.replace(new, target)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+    return f"{state.get('fingerprint')}:{sha256_file(figures_dir / name / SUMMARY_FILE)}"
 
 
 def _write_manifest(path: Path, records: dict, runs_file: Path) -> dict:

@@ -1,11 +1,11 @@
 """One figure style for every notebook, and one way to save figures reproducibly."""
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import matplotlib
+
+from helpers.cache import atomic_file
 
 STYLE = {
     "figure.dpi": 110, "savefig.dpi": 150, "font.size": 9, "axes.titlesize": 10, "axes.labelsize": 9,
@@ -26,15 +26,8 @@ def save_figure(fig, out_dir: str | Path, name: str) -> Path:
     """Save ``fig`` as ``<out_dir>/<name>.png`` with fixed metadata, so a re-run writes identical bytes;
     through a temporary file and one rename, so an interrupted save never leaves half a PNG."""
     path = Path(out_dir) / f"{name}.png"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".tmp-{name}-", suffix=".png", dir=path.parent)
-    os.close(fd)
-    try:
+    with atomic_file(path, suffix=".png") as tmp:
         fig.savefig(tmp, format="png", bbox_inches="tight", metadata={"Software": None, "Creation Time": None})
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
     return path
 
 

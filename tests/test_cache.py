@@ -4,8 +4,20 @@ import shutil
 import pytest
 import torch
 
-from helpers.cache import (CacheError, DamagedCacheWarning, checksum_path, load_verified, save_verified,
+from helpers.cache import (CacheError, DamagedCacheWarning, atomic_file, checksum_path, load_verified, save_verified,
                            verify_checksum)
+
+
+def test_an_interrupted_file_write_leaves_the_old_file(tmp_path):
+    path = tmp_path / "figure.png"
+    with atomic_file(path, suffix=".png") as tmp:
+        assert tmp.suffix == ".png" and tmp.parent == tmp_path
+        tmp.write_bytes(b"old")
+    with pytest.raises(RuntimeError):
+        with atomic_file(path) as tmp:
+            tmp.write_bytes(b"half")
+            raise RuntimeError("interrupted")
+    assert path.read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == ["figure.png"]
 
 
 def test_a_saved_object_loads_back_after_its_check(tmp_path):
