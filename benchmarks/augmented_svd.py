@@ -16,10 +16,10 @@ import time
 
 WORKER = r"""
 import json, resource, sys, time, torch
-from helpers.models import load_model
-from helpers.augmented import (mlp_in_matrices, mlp_out_matrix, ov_factors, ov_matrix, qk_factors, qk_matrix,
+from helpers.core.models import load_model
+from helpers.singular.augmented import (mlp_in_matrices, mlp_out_matrix, ov_factors, ov_matrix, qk_factors, qk_matrix,
                                svd_dense, svd_of_product)
-from helpers.weights import layer_weights
+from helpers.core.weights import layer_weights
 name, method = sys.argv[1], sys.argv[2]
 torch.set_num_threads(2)
 model = load_model(name)

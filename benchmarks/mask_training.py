@@ -14,10 +14,10 @@ import time
 
 import torch
 
-from helpers.mask_training import TrainConfig, _select, kl_to_full, prepare
-from helpers.masks import AblationRule, DirectionMasks, MaskedModel
-from helpers.models import load_model
-from helpers.tasks import ioi_task
+from helpers.singular.training import TrainConfig, _select, kl_to_full, prepare
+from helpers.singular.masks import AblationRule, DirectionMasks, MaskedModel
+from helpers.core.models import load_model
+from helpers.singular.tasks import ioi_task
 
 
 def timed(fn, repeats):

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import torch
 
-from helpers.checks import build_plans, check_a, check_b, check_c, load_thresholds, steer_texts, sweep
-from helpers.site_statistics import SiteStatistics
-from helpers.sites import all_sites
-from helpers.corpus import corpus_paragraphs, right_padded, sample_tokens
-from helpers.models import load_model, model_from_config
+from helpers.tiled.checks import build_plans, check_a, check_b, check_c, load_thresholds, steer_texts, sweep
+from helpers.tiled.statistics import SiteStatistics
+from helpers.tiled.sites import all_sites
+from helpers.tiled.corpus import corpus_paragraphs, right_padded, sample_tokens
+from helpers.core.models import load_model, model_from_config
 
 GEMMA_2_2B = dict(model_type="gemma2", vocab_size=256000, hidden_size=2304, intermediate_size=9216,
                   num_hidden_layers=26, num_attention_heads=8, num_key_value_heads=4, head_dim=256,

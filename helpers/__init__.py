@@ -1,1 +1,2 @@
-"""Tested helpers behind the notebooks: models, weights, augmented matrices and their SVD, figures."""
+"""Tested helpers behind the notebooks, one subpackage per part: ``core`` (models, weights, logits, caches),
+``singular`` (paper 1), ``tiled`` (paper 2), ``figures`` (style and plots); ``pipeline`` runs the notebooks."""

@@ -36,7 +36,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from helpers.cache import atomic_dir, atomic_write_json, sha256_file
+from helpers.core.cache import atomic_dir, atomic_write_json, sha256_file
 
 PACKAGE_ROOT = Path(__file__).resolve().parent
 INJECTED = ("fast", "out_dir")  # parameters every run receives from the pipeline
@@ -151,8 +151,10 @@ def helper_modules(notebook: Path, root: Path = PACKAGE_ROOT) -> list[Path]:
             continue
         seen.add(path)
         pending |= _imported_helpers(path.read_text())
-    if seen:
-        seen.add(root / "__init__.py")
+    for path in list(seen):  # importing helpers.a.b runs helpers/__init__.py and helpers/a/__init__.py first
+        for package in path.relative_to(root).parents:
+            if (root / package / "__init__.py").is_file():
+                seen.add(root / package / "__init__.py")
     return sorted(seen)
 
 

@@ -4,7 +4,7 @@ import socket
 import pytest
 import torch
 
-from helpers.models import load_model
+from helpers.core.models import load_model
 
 TINY_MODELS = ["tiny-gpt2", "tiny-llama", "tiny-gemma3", "tiny-gemma2"]
 EMBEDDED_MODELS = ["gemma-3-270m", "smollm2-135m"]

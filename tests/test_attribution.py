@@ -1,7 +1,7 @@
 import torch
 
-from helpers.attribution import head_logit_attribution
-from helpers.tasks import ioi_task, logit_diff
+from helpers.singular.attribution import head_logit_attribution
+from helpers.singular.tasks import ioi_task, logit_diff
 from tests.conftest import cached_model
 
 
@@ -15,7 +15,7 @@ def test_head_attributions_plus_the_rest_add_up_to_the_logit_difference():
         f"blocks.{l}.hook_mlp_out" for l in range(model.n_layers)]
     with torch.no_grad():
         logits, cache = model.bridge.run_with_cache(task.clean, names_filter=lambda n: n in names)
-    from helpers.weights import unembedding
+    from helpers.core.weights import unembedding
 
     u = unembedding(model)
     W = u.W_U[:, task.correct] - u.W_U[:, task.wrong]  # [d, n]

@@ -2,10 +2,10 @@
 import pytest
 import torch
 
-from helpers.augmented import (SVD, direction_counts, layer_svds, ov_factors, ov_matrix, qk_factors, qk_matrix,
+from helpers.singular.augmented import (SVD, direction_counts, layer_svds, ov_factors, ov_matrix, qk_factors, qk_matrix,
                                svd_dense, svd_of_product)
-from helpers.identities import identity_errors
-from helpers.weights import layer_weights
+from helpers.singular.identities import identity_errors
+from helpers.core.weights import layer_weights
 from tests.conftest import EMBEDDED_MODELS, TINY_MODELS, cached_run
 
 MODELS = [(m, p) for m in TINY_MODELS for p in ("raw", "fold_norm", "transformer_lens")] + \

@@ -3,12 +3,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from helpers.corpus import sample_tokens
-from helpers.mask_training import TrainConfig, masking_run
-from helpers.masks import AblationRule, MaskedModel
-from helpers.models import gpt2_tokenizer
-from helpers.sites import all_sites, check_layers
-from helpers.tasks import make_task
+from helpers.tiled.corpus import sample_tokens
+from helpers.singular.training import TrainConfig, masking_run
+from helpers.singular.masks import AblationRule, MaskedModel
+from helpers.core.models import gpt2_tokenizer
+from helpers.tiled.sites import all_sites, check_layers
+from helpers.singular.tasks import make_task
 from tests.conftest import cached_model
 
 TOKENIZER = SimpleNamespace(tokenizer=gpt2_tokenizer())

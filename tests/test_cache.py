@@ -4,7 +4,7 @@ import shutil
 import pytest
 import torch
 
-from helpers.cache import (CacheError, DamagedCacheWarning, atomic_file, checksum_path, load_verified, save_verified,
+from helpers.core.cache import (CacheError, DamagedCacheWarning, atomic_file, checksum_path, load_verified, save_verified,
                            verify_checksum)
 
 
@@ -54,9 +54,9 @@ def test_a_verified_file_that_cannot_be_read_is_an_error_naming_it_and_the_fix(t
 
 
 def test_damaged_trained_masks_are_retrained_not_loaded(tmp_path, monkeypatch):
-    from helpers.mask_training import TrainConfig, masking_run
-    from helpers.masks import AblationRule, MaskedModel
-    from helpers.models import load_model
+    from helpers.singular.training import TrainConfig, masking_run
+    from helpers.singular.masks import AblationRule, MaskedModel
+    from helpers.core.models import load_model
 
     monkeypatch.setenv("SVDIRS_CACHE", str(tmp_path))
     masked = MaskedModel(load_model("tiny-llama"))
@@ -72,8 +72,8 @@ def test_damaged_trained_masks_are_retrained_not_loaded(tmp_path, monkeypatch):
 
 
 def test_a_damaged_corpus_sample_is_resampled(tmp_path, monkeypatch):
-    from helpers.corpus import sample_tokens
-    from helpers.models import gpt2_tokenizer
+    from helpers.tiled.corpus import sample_tokens
+    from helpers.core.models import gpt2_tokenizer
 
     monkeypatch.setenv("SVDIRS_CACHE", str(tmp_path))
     text = tmp_path / "text.txt"
@@ -92,7 +92,7 @@ def test_a_damaged_corpus_sample_is_resampled(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_damaged_converted_weights_of_smollm2_135m_are_reconverted(tmp_path, monkeypatch):
     """Zeroed bytes in the middle of the converted safetensors (same size): found, named, reconverted."""
-    from helpers.models import MODELS, converted_gguf_folder, load_model
+    from helpers.core.models import MODELS, converted_gguf_folder, load_model
 
     good = converted_gguf_folder(MODELS["smollm2-135m"])
     monkeypatch.setenv("SVDIRS_CACHE", str(tmp_path))

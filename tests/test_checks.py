@@ -6,13 +6,13 @@ import pandas as pd
 import pytest
 import torch
 
-from helpers.checks import (Sweep, check_a, check_b, check_c, lens, load_thresholds, rule_c1, spearman, steer_texts,
+from helpers.tiled.checks import (Sweep, check_a, check_b, check_c, lens, load_thresholds, rule_c1, spearman, steer_texts,
                             steered_change, sweep, top_jaccard, last_token_logits)
-from helpers.corpus import sample_tokens
-from helpers.models import gpt2_tokenizer, load_model
-from helpers.site_statistics import StreamPlan
-from helpers.sites import Site, permute_site_columns
-from helpers.tiling import Mounts, random_directions
+from helpers.tiled.corpus import sample_tokens
+from helpers.core.models import gpt2_tokenizer, load_model
+from helpers.tiled.statistics import StreamPlan
+from helpers.tiled.sites import Site, permute_site_columns
+from helpers.tiled.tiling import Mounts, random_directions
 from tests.conftest import cached_model
 
 T = load_thresholds()
@@ -102,7 +102,7 @@ def test_check_c_judges_a_real_steer_that_follows_the_lens(tmp_path, monkeypatch
     """On the last layer of a tiny model a small steer follows the lens (ρ near 1): with C judged from
     layer 0 the verdict must be a pass; with a ρ and Jaccard no steer can reach, a fail."""
     monkeypatch.setenv("SVDIRS_CACHE", str(tmp_path))
-    from helpers.checks import build_plans
+    from helpers.tiled.checks import build_plans
 
     model = load_model("tiny-gemma3", processing="raw")
     sample = sample_tokens(gpt2_tokenizer(), n_tokens=60, max_tokens=16, tokenizer_name="gpt2")

@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from helpers.corpus import MIN_CHARS, corpus_paragraphs, sample_tokens
-from helpers.models import gpt2_tokenizer
+from helpers.tiled.corpus import MIN_CHARS, corpus_paragraphs, sample_tokens
+from helpers.core.models import gpt2_tokenizer
 
 
 def test_offline_default_is_prose_paragraphs_from_cpython_docs():

@@ -3,10 +3,10 @@ import pandas as pd
 import pytest
 import torch
 
-from helpers.faithfulness import (CircuitEvaluator, binarise_top, kept_by_kind, kept_mlp_per_layer, kept_per_head,
+from helpers.singular.circuits import (CircuitEvaluator, binarise_top, kept_by_kind, kept_mlp_per_layer, kept_per_head,
                                   point_at_kl, random_like)
-from helpers.masks import AblationRule, DirectionMasks, FixedMasks, MaskedModel
-from helpers.tasks import greater_than_task, ioi_task
+from helpers.singular.masks import AblationRule, DirectionMasks, FixedMasks, MaskedModel
+from helpers.singular.tasks import greater_than_task, ioi_task
 from tests.conftest import cached_model
 
 
@@ -64,10 +64,10 @@ def test_point_at_kl_is_the_sparsest_circuit_under_the_threshold():
 
 
 def test_alpha_sweep_evaluates_the_circuit_each_training_found(tmp_path, monkeypatch):
-    from helpers.faithfulness import CircuitEvaluator, alpha_sweep, evaluate_circuit
-    from helpers.mask_training import TrainConfig
-    from helpers.masks import AblationRule, FixedMasks, MaskedModel
-    from helpers.tasks import make_task
+    from helpers.singular.circuits import CircuitEvaluator, alpha_sweep, evaluate_circuit
+    from helpers.singular.training import TrainConfig
+    from helpers.singular.masks import AblationRule, FixedMasks, MaskedModel
+    from helpers.singular.tasks import make_task
 
     monkeypatch.setenv("SVDIRS_CACHE", str(tmp_path))
     model = cached_model("tiny-llama", "fold_norm")

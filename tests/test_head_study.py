@@ -3,11 +3,11 @@ import pandas as pd
 import pytest
 import torch
 
-from helpers.faithfulness import CircuitEvaluator
-from helpers.head_study import (HeadReading, _matched_controls, ablation_effects, attention_spectra, by_role,
+from helpers.singular.circuits import CircuitEvaluator
+from helpers.singular.heads import (HeadReading, _matched_controls, ablation_effects, attention_spectra, by_role,
                                 choose_case_study_head, subfunction_evidence)
-from helpers.masks import AblationRule, FixedMasks, MaskedModel
-from helpers.tasks import ioi_positions, ioi_task
+from helpers.singular.masks import AblationRule, FixedMasks, MaskedModel
+from helpers.singular.tasks import ioi_positions, ioi_task
 from tests.conftest import cached_model
 
 
@@ -88,7 +88,7 @@ def test_ablating_a_direction_moves_the_metric_and_controls_are_sigma_matched():
     # the full model's metric from a plain forward (the oracle), then each row against its own ablation
     with torch.no_grad():
         logits = model.bridge(task.clean)
-    from helpers.tasks import answer_logits, logit_diff
+    from helpers.singular.tasks import answer_logits, logit_diff
 
     full = float(logit_diff(answer_logits(logits, task), task).mean())
     ones = FixedMasks.ones(model)

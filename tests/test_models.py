@@ -5,8 +5,8 @@ import time
 import pytest
 import torch
 
-from helpers.cache import atomic_dir
-from helpers.models import (MODELS, ModelUnavailableError, available_models, gguf_path, gpt2_tokenizer, load_model,
+from helpers.core.cache import atomic_dir
+from helpers.core.models import (MODELS, ModelUnavailableError, available_models, gguf_path, gpt2_tokenizer, load_model,
                             tiny_hf_model)
 
 
@@ -132,8 +132,8 @@ def test_embedded_models_load_offline_and_solve_a_simple_ioi_prompt(name, monkey
 
 
 def test_a_model_of_any_published_shape_is_built_with_random_weights():
-    from helpers.models import model_from_config
-    from helpers.sites import Site, site_matrix
+    from helpers.core.models import model_from_config
+    from helpers.tiled.sites import Site, site_matrix
 
     config = dict(model_type="gemma2", vocab_size=50257, hidden_size=24, intermediate_size=40, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, head_dim=8, query_pre_attn_scalar=8)

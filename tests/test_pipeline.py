@@ -84,7 +84,7 @@ def tiny_notebook(folder: Path, body: str = "") -> Path:
                                        'wait = 0.0\nfast = False\nout_dir = "."')
     params.metadata["tags"] = ["parameters"]
     nb.cells = [nbformat.v4.new_markdown_cell("# tiny"), params,
-                nbformat.v4.new_code_cell("import matplotlib.pyplot as plt\nfrom helpers.plotting import save_figure\n"
+                nbformat.v4.new_code_cell("import matplotlib.pyplot as plt\nfrom helpers.figures.style import save_figure\n"
                                           "from helpers.pipeline import write_summary" + body),
                 nbformat.v4.new_markdown_cell("a note"),
                 nbformat.v4.new_code_cell("if fail:\n    raise ValueError('asked to fail')\n"
@@ -241,13 +241,14 @@ def test_the_fingerprint_covers_imported_helpers_packages_and_upstream_results(t
     assert digest() != first
     shutil.copy(NOTEBOOKS / notebook.name, notebook)
     assert digest() == first
-    imported = {p.stem for p in helper_modules(notebook, root)}
-    assert {"checks", "tiling", "sites", "site_statistics", "corpus", "models"} <= imported
-    assert not imported & {"masks", "mask_training", "tasks", "head_study", "steering"}  # paper 1's code
-    with open(root / "masks.py", "a") as handle:
+    imported = {p.relative_to(root).as_posix() for p in helper_modules(notebook, root)}
+    assert {"tiled/checks.py", "tiled/tiling.py", "tiled/sites.py", "tiled/statistics.py", "tiled/corpus.py",
+            "core/models.py", "__init__.py", "tiled/__init__.py", "core/__init__.py"} <= imported
+    assert not [name for name in imported if name.startswith("singular/")]  # paper 1's code
+    with open(root / "singular" / "masks.py", "a") as handle:
         handle.write("\n# an unrelated change\n")
     assert digest() == first
-    with open(root / "tiling.py", "a") as handle:
+    with open(root / "tiled" / "tiling.py", "a") as handle:
         handle.write("\n# a change to code the notebook runs\n")
     second = digest()
     assert second != first

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from helpers.quantization import grid_steps, layer_error_std, noise_floor, quantization_summary
+from helpers.singular.quantization import grid_steps, layer_error_std, noise_floor, quantization_summary
 from tests.conftest import cached_model
 
 

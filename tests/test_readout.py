@@ -1,7 +1,7 @@
 import torch
 
-from helpers.readout import direction_logits, top_tokens
-from helpers.weights import unembedding
+from helpers.singular.readout import direction_logits, top_tokens
+from helpers.core.weights import unembedding
 from tests.conftest import cached_model
 
 

@@ -3,13 +3,13 @@ match the model's own hook values and read-out."""
 import pytest
 import torch
 
-from helpers.masks import MaskedModel
-from helpers.readout import direction_logits
-from helpers.receptors import (answer_ov_coefficients, contrast_vector, final_norm_scale, find_receptors, footprints,
+from helpers.singular.masks import MaskedModel
+from helpers.singular.readout import direction_logits
+from helpers.singular.receptors import (answer_ov_coefficients, contrast_vector, final_norm_scale, find_receptors, footprints,
                                ioi_slot_contrast, ov_write_directions, statistics_at)
-from helpers.steering import DIRECT_HOOK, steered_final_logits
-from helpers.tasks import gender_task, ioi_task
-from helpers.weights import layer_weights
+from helpers.singular.steering import DIRECT_HOOK, steered_final_logits
+from helpers.singular.tasks import gender_task, ioi_task
+from helpers.core.weights import layer_weights
 from tests.conftest import cached_model
 
 
@@ -42,7 +42,7 @@ def test_the_planted_receptor_is_found_first_and_the_decoys_are_not():
 
 
 def test_separation_and_score_against_a_hand_computation():
-    from helpers.receptors import receptor_statistics
+    from helpers.singular.receptors import receptor_statistics
 
     values = torch.tensor([1.0, 3.0, 6.0, 6.0, 9.0, 9.0])  # class A: 1, 3 (var 2); class B: 6, 6, 9, 9 (var 3)
     is_a = torch.tensor([True, True, False, False, False, False])

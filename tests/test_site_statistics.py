@@ -3,13 +3,13 @@ cases with known answers."""
 import pytest
 import torch
 
-from helpers.checks import build_plans, load_thresholds
-from helpers.corpus import sample_tokens
-from helpers.models import gpt2_tokenizer
-from helpers.site_statistics import (SiteStatistics, StreamPlan, _Stream, activation, best_direction_residuals,
+from helpers.tiled.checks import build_plans, load_thresholds
+from helpers.tiled.corpus import sample_tokens
+from helpers.core.models import gpt2_tokenizer
+from helpers.tiled.statistics import (SiteStatistics, StreamPlan, _Stream, activation, best_direction_residuals,
                                      effective_matrix, gqa_average, orthonormal_basis)
-from helpers.sites import Site, all_sites
-from helpers.tiling import Mounts, random_directions, ridge_map, tile_svd, top_eigenvectors
+from helpers.tiled.sites import Site, all_sites
+from helpers.tiled.tiling import Mounts, random_directions, ridge_map, tile_svd, top_eigenvectors
 from tests.conftest import cached_model
 
 
@@ -95,7 +95,7 @@ def test_effective_path_fits_use_the_fit_half_only(sample):
     score = direct_values(model, sample, "score", hooks)
     up, v = plans
     gbar = activation(model)(fit["blocks.0.mlp.gate.hook_out"]).mean(0)
-    from helpers.sites import site_matrix
+    from helpers.tiled.sites import site_matrix
 
     torch.testing.assert_close(effective_matrix(model, up, stats.effective_fits[up.name]),
                                gbar.clamp_min(0)[:, None] * site_matrix(model, Site(0, "mlp.up")).double())

@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from helpers.models import load_model
-from helpers.sites import (PAPER_WIDTHS, SITES, Site, all_sites, permute_site_columns, randomise_weights, site_matrix,
+from helpers.core.models import load_model
+from helpers.tiled.sites import (PAPER_WIDTHS, SITES, Site, all_sites, permute_site_columns, randomise_weights, site_matrix,
                            steer_hook)
 from tests.conftest import cached_model
 

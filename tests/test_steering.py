@@ -4,11 +4,11 @@ import pandas as pd
 import pytest
 import torch
 
-from helpers.masks import MaskedModel
-from helpers.receptors import answer_ov_coefficients, ov_write_directions
-from helpers.steering import (DIRECT_HOOK, additions_at, direction_preview, dose_response, equal_norm_random,
+from helpers.singular.masks import MaskedModel
+from helpers.singular.receptors import answer_ov_coefficients, ov_write_directions
+from helpers.singular.steering import (DIRECT_HOOK, additions_at, direction_preview, dose_response, equal_norm_random,
                               explorer, layer_hook, outcome, receptor_shifts, steered_final_logits)
-from helpers.tasks import gender_task
+from helpers.singular.tasks import gender_task
 from tests.conftest import cached_model
 
 

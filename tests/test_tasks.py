@@ -4,8 +4,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from helpers.models import gpt2_tokenizer
-from helpers.tasks import (GREATER_THAN_TEMPLATE, answer_logits, gender_task, greater_than_task, ioi_positions, ioi_task,
+from helpers.core.models import gpt2_tokenizer
+from helpers.singular.tasks import (GREATER_THAN_TEMPLATE, answer_logits, gender_task, greater_than_task, ioi_positions, ioi_task,
                            logit_diff,
                            make_task, probability_difference, single_token_words, with_first_digit,
                            year_probabilities)
@@ -47,7 +47,7 @@ def test_ioi_prompts_name_io_once_and_s_twice_and_corruption_uses_fresh_names():
 
 
 def test_gender_answers_match_the_names_gender_and_corruption_flips_it():
-    from helpers.tasks import NAMES_FEMALE, NAMES_MALE
+    from helpers.singular.tasks import NAMES_FEMALE, NAMES_MALE
 
     task = gender_task(TOKENIZER, 10, seed=0)
     he, she = (TOKENIZER.tokenizer(t)["input_ids"][0] for t in (" he", " she"))
@@ -115,7 +115,7 @@ def test_with_first_digit_appends_the_digit_to_clean_and_corrupted_prompts_at_th
 
 
 def _smollm2_tokenizer_dir():
-    from helpers.models import MODELS, converted_gguf_folder
+    from helpers.core.models import MODELS, converted_gguf_folder
 
     return converted_gguf_folder(MODELS["smollm2-135m"])
 

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from helpers.tiling import (column_sampling, frobenius_coverage, gated_up_matrix, mean_abs_cosine, random_directions,
+from helpers.tiled.tiling import (column_sampling, frobenius_coverage, gated_up_matrix, mean_abs_cosine, random_directions,
                             random_partition_svd, ridge_map, tile_bounds, tile_svd, top_eigenvectors, whole_svd)
 
 

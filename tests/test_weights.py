@@ -2,9 +2,9 @@
 import pytest
 import torch
 
-from helpers.identities import centred_if_processed
-from helpers.models import PROCESSINGS
-from helpers.weights import input_hook, layer_weights, unembedding
+from helpers.singular.identities import centred_if_processed
+from helpers.core.models import PROCESSINGS
+from helpers.core.weights import input_hook, layer_weights, unembedding
 from tests.conftest import EMBEDDED_MODELS, TINY_MODELS, cached_run
 
 CASES = [(m, p) for m in TINY_MODELS for p in PROCESSINGS] + [(m, "fold_norm") for m in EMBEDDED_MODELS]

@@ -14,9 +14,9 @@ from __future__ import annotations
 import pandas as pd
 import torch
 
-from helpers.masks import MaskedModel
-from helpers.readout import top_tokens
-from helpers.tasks import Task, logit_diff
+from helpers.singular.masks import MaskedModel
+from helpers.singular.readout import top_tokens
+from helpers.singular.tasks import Task, logit_diff
 
 SITES = ("direct", "layer")
 DIRECT_HOOK = "ln_final.hook_in"

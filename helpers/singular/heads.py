@@ -13,10 +13,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from helpers.augmented import homogeneous, numerically_zero, ov_factors, qk_factors, svd_of_product
-from helpers.faithfulness import CircuitEvaluator
-from helpers.masks import FixedMasks
-from helpers.weights import input_hook, layer_weights
+from helpers.singular.augmented import homogeneous, numerically_zero, ov_factors, qk_factors, svd_of_product
+from helpers.singular.circuits import CircuitEvaluator
+from helpers.singular.masks import FixedMasks
+from helpers.core.weights import input_hook, layer_weights
 
 
 def attention_spectra(model) -> dict[str, torch.Tensor]:
@@ -77,7 +77,7 @@ class HeadReading:
 
     def written_contrast(self, contrast: torch.Tensor) -> torch.Tensor:
         """[n, r] what each OV direction writes onto a per-prompt logit contrast [n, d] (e.g. w_IO − w_S from
-        ``helpers.receptors.contrast_vector``) through the direct path: a_k (v_k · contrast)."""
+        ``helpers.singular.receptors.contrast_vector``) through the direct path: a_k (v_k · contrast)."""
         return self.ov_coefficients * (contrast.double() @ self.ov_V)
 
 

@@ -19,9 +19,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-from helpers.mask_training import TrainConfig, kl_to_full, prepare, train_masks, valid_positions
-from helpers.masks import AblationRule, DirectionMasks, FixedMasks, MaskedModel
-from helpers.tasks import Task, logit_diff, probability_difference, with_first_digit, year_probabilities
+from helpers.singular.training import TrainConfig, kl_to_full, prepare, train_masks, valid_positions
+from helpers.singular.masks import AblationRule, DirectionMasks, FixedMasks, MaskedModel
+from helpers.singular.tasks import Task, logit_diff, probability_difference, with_first_digit, year_probabilities
 
 PAPER_KL = 0.21
 

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import torch
 
-from helpers.tasks import Task
-from helpers.receptors import contrast_vector
-from helpers.weights import layer_weights
+from helpers.singular.tasks import Task
+from helpers.singular.receptors import contrast_vector
+from helpers.core.weights import layer_weights
 
 GPT2_IOI_HEADS = {  # Wang et al. 2023, METHODS.md section 1.4: (layer, head) -> class
     **{h: "name mover" for h in [(9, 6), (9, 9), (10, 0)]},

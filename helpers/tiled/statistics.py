@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from helpers.corpus import TokenSample, right_padded
-from helpers.sites import Site, site_matrix
-from helpers.tiling import Mounts, canonical_signs, gated_up_matrix, ridge_map, tile_svd
+from helpers.tiled.corpus import TokenSample, right_padded
+from helpers.tiled.sites import Site, site_matrix
+from helpers.tiled.tiling import Mounts, canonical_signs, gated_up_matrix, ridge_map, tile_svd
 
 EPS = 1e-12
 COVERAGE_BEST = 8
@@ -250,7 +250,7 @@ def effective_sets(model, plan: StreamPlan, fits: dict) -> None:
     """Add an effective stream's weight-based sets, built from its effective matrix after the fit half with
     the same tiling rules as the plain site: tile, whole-matrix SVD, column sampling, and the tile mounts
     at every coverage k."""
-    from helpers.tiling import column_sampling, whole_svd
+    from helpers.tiled.tiling import column_sampling, whole_svd
 
     W = effective_matrix(model, plan, fits)
     spec = plan.effective

@@ -13,8 +13,8 @@ import contextlib
 
 import torch
 
-from helpers.augmented import mlp_in_matrices, mlp_out_matrix, ov_factors, qk_factors, svd_of_product
-from helpers.weights import layer_weights
+from helpers.singular.augmented import mlp_in_matrices, mlp_out_matrix, ov_factors, qk_factors, svd_of_product
+from helpers.core.weights import layer_weights
 
 GROUP = 16
 

@@ -23,12 +23,12 @@ import numpy as np
 import pandas as pd
 import torch
 
-from helpers.corpus import right_padded
-from helpers.site_statistics import EFFECTIVE, SiteStatistics, StreamPlan
-from helpers.sites import PAPER_WIDTHS, RESIDUAL_SITES, Site, all_sites, site_matrix, steer_hook
-from helpers.tiling import (Mounts, column_sampling, frobenius_coverage, mean_abs_cosine, random_directions,
+from helpers.tiled.corpus import right_padded
+from helpers.tiled.statistics import EFFECTIVE, SiteStatistics, StreamPlan
+from helpers.tiled.sites import PAPER_WIDTHS, RESIDUAL_SITES, Site, all_sites, site_matrix, steer_hook
+from helpers.tiled.tiling import (Mounts, column_sampling, frobenius_coverage, mean_abs_cosine, random_directions,
                             random_partition_svd, tile_svd, whole_svd)
-from helpers.weights import final_norm
+from helpers.core.weights import final_norm
 
 THRESHOLD_KEYS = {
     "A": {"a1_margin", "a1_margin_effective", "a2_tolerance", "a4_margin_residual", "a4_ratio_residual",
@@ -36,7 +36,7 @@ THRESHOLD_KEYS = {
     "B": {"ks", "best_directions", "peak_residual", "peak_other", "peak_effective", "early_within", "last_within"},
     "C": {"alpha", "dose_alphas", "rho", "jaccard", "top", "min_layer", "bootstrap"},
 }
-DEFAULT_THRESHOLDS = Path(__file__).resolve().parent.parent / "data" / "tiled_svd_thresholds.toml"
+DEFAULT_THRESHOLDS = Path(__file__).resolve().parents[2] / "data" / "tiled_svd_thresholds.toml"
 
 
 def load_thresholds(path: str | Path = DEFAULT_THRESHOLDS) -> dict:
@@ -312,8 +312,8 @@ CONTROLS = ("random-init", "permuted")
 def control_model(name: str, control: str, seed: int = 0, device: str = "cpu"):
     """A negative control of a registry model: every weight re-drawn (``random-init``) or each site's
     input columns permuted (``permuted``); loaded fresh, so the real model is untouched."""
-    from helpers.models import load_model
-    from helpers.sites import permute_site_columns, randomise_weights
+    from helpers.core.models import load_model
+    from helpers.tiled.sites import permute_site_columns, randomise_weights
 
     if control not in CONTROLS:
         raise ValueError(f"control={control!r} is not one of {CONTROLS}")

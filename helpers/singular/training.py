@@ -14,9 +14,9 @@ from dataclasses import asdict, dataclass
 import pandas as pd
 import torch
 
-from helpers.cache import cache_dir, load_verified, save_verified
-from helpers.masks import AblationRule, DirectionMasks, MaskedModel
-from helpers.tasks import Task, check_prompt_count, make_task
+from helpers.core.cache import cache_dir, load_verified, save_verified
+from helpers.singular.masks import AblationRule, DirectionMasks, MaskedModel
+from helpers.singular.tasks import Task, check_prompt_count, make_task
 
 
 MASK_FORMAT = 1
@@ -33,7 +33,7 @@ class TrainConfig:
     clip: float = 1.0
     seed: int = 0
     log_every: int = 10
-    parametrisation: str = "sigmoid"  # or "hard_concrete" (L0): see helpers.masks.DirectionMasks
+    parametrisation: str = "sigmoid"  # or "hard_concrete" (L0): see helpers.singular.masks.DirectionMasks
 
 
 FAST_MASKING = dict(n_prompts=24, steps=12, batch=8)

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import matplotlib
 
-from helpers.cache import atomic_file
+from helpers.core.cache import atomic_file
 
 STYLE = {
     "figure.dpi": 110, "savefig.dpi": 150, "font.size": 9, "axes.titlesize": 10, "axes.labelsize": 9,

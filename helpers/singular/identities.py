@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import torch
 
-from helpers.augmented import (homogeneous, mlp_in_matrices, mlp_out_matrix, ov_matrix, qk_factors, qk_matrix,
+from helpers.singular.augmented import (homogeneous, mlp_in_matrices, mlp_out_matrix, ov_matrix, qk_factors, qk_matrix,
                                svd_of_product)
-from helpers.weights import input_hook, layer_weights
+from helpers.core.weights import input_hook, layer_weights
 
 
 def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:

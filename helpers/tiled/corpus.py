@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from helpers.cache import atomic_write_json, cache_dir, load_verified, save_verified
+from helpers.core.cache import atomic_write_json, cache_dir, load_verified, save_verified
 
 MIN_CHARS = 80
 MAX_CHARS = 400_000

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from helpers.weights import unembedding
+from helpers.core.weights import unembedding
 
 
 def direction_logits(model, direction: torch.Tensor) -> torch.Tensor:

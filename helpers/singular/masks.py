@@ -32,8 +32,8 @@ from dataclasses import dataclass
 
 import torch
 
-from helpers.augmented import layer_svds, qk_factors
-from helpers.weights import layer_weights
+from helpers.singular.augmented import layer_svds, qk_factors
+from helpers.core.weights import layer_weights
 
 KINDS = ("qk", "ov", "mlp_gate", "mlp_up", "mlp_out")
 REFERENCES = ("zero", "mean", "corrupted")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from helpers.weights import LayerWeights, layer_weights
+from helpers.core.weights import LayerWeights, layer_weights
 
 DEGENERATE_RTOL = 1e-4
 """Neighbouring singular values closer than this (relative to the larger) form a degenerate block:

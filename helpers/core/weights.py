@@ -9,7 +9,7 @@ Convention: matrices act on row vectors, ``y = x @ W + b``. Per layer:
   and biases;
 - plus the unembedding ``W_U`` [d_model, vocab], ``b_U``.
 
-Which residual-stream vector the matrices read depends on the run's processing (``helpers.models.PROCESSINGS``):
+Which residual-stream vector the matrices read depends on the run's processing (``helpers.core.models.PROCESSINGS``):
 ``raw`` reads the norm's output, the others read the normalised residual. ``input_hook`` names the hook.
 """
 from __future__ import annotations

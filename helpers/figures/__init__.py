@@ -1,0 +1,1 @@
+"""Figures: one style and a reproducible save, and the plots of each paper's notebooks."""
