@@ -19,7 +19,11 @@ from pathlib import Path
 
 import torch
 
-from helpers.tiled.checks import build_plans, check_a, check_b, check_c, load_thresholds, steer_texts, sweep
+from helpers.tiled.plans import build_plans
+from helpers.tiled.steer import check_c, steer_texts
+from helpers.tiled.sweep import sweep
+from helpers.tiled.thresholds import load_thresholds
+from helpers.tiled.verdicts import check_a, check_b
 from helpers.tiled.statistics import SiteStatistics
 from helpers.tiled.sites import all_sites
 from helpers.tiled.corpus import corpus_paragraphs, right_padded, sample_tokens

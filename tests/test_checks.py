@@ -6,8 +6,11 @@ import pandas as pd
 import pytest
 import torch
 
-from helpers.tiled.checks import (Sweep, check_a, check_b, check_c, lens, load_thresholds, rule_c1, spearman, steer_texts,
-                            steered_change, sweep, top_jaccard, last_token_logits)
+from helpers.core.logits import lens
+from helpers.tiled.steer import check_c, last_token_logits, spearman, steer_texts, steered_change, top_jaccard
+from helpers.tiled.sweep import Sweep, sweep
+from helpers.tiled.thresholds import load_thresholds
+from helpers.tiled.verdicts import check_a, check_b, rule_c1
 from helpers.tiled.corpus import sample_tokens
 from helpers.core.models import gpt2_tokenizer, load_model
 from helpers.tiled.statistics import StreamPlan
@@ -102,7 +105,7 @@ def test_check_c_judges_a_real_steer_that_follows_the_lens(tmp_path, monkeypatch
     """On the last layer of a tiny model a small steer follows the lens (ρ near 1): with C judged from
     layer 0 the verdict must be a pass; with a ρ and Jaccard no steer can reach, a fail."""
     monkeypatch.setenv("SVDIRS_CACHE", str(tmp_path))
-    from helpers.tiled.checks import build_plans
+    from helpers.tiled.plans import build_plans
 
     model = load_model("tiny-gemma3", processing="raw")
     sample = sample_tokens(gpt2_tokenizer(), n_tokens=60, max_tokens=16, tokenizer_name="gpt2")

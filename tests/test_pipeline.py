@@ -242,7 +242,7 @@ def test_the_fingerprint_covers_imported_helpers_packages_and_upstream_results(t
     shutil.copy(NOTEBOOKS / notebook.name, notebook)
     assert digest() == first
     imported = {p.relative_to(root).as_posix() for p in helper_modules(notebook, root)}
-    assert {"tiled/checks.py", "tiled/tiling.py", "tiled/sites.py", "tiled/statistics.py", "tiled/corpus.py",
+    assert {"tiled/sweep.py", "tiled/verdicts.py", "tiled/steer.py", "tiled/plans.py", "tiled/tiling.py", "tiled/sites.py", "tiled/statistics.py", "tiled/corpus.py",
             "core/models.py", "__init__.py", "tiled/__init__.py", "core/__init__.py"} <= imported
     assert not [name for name in imported if name.startswith("singular/")]  # paper 1's code
     with open(root / "singular" / "masks.py", "a") as handle:

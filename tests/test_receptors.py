@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from helpers.singular.masks import MaskedModel
-from helpers.singular.readout import direction_logits
+from helpers.core.logits import lens
 from helpers.singular.receptors import (answer_ov_coefficients, contrast_vector, final_norm_scale, find_receptors, footprints,
                                ioi_slot_contrast, ov_write_directions, statistics_at)
 from helpers.singular.steering import DIRECT_HOOK, steered_final_logits
@@ -87,7 +87,7 @@ def test_coefficients_rebuild_each_heads_output_and_footprints_match_the_readout
     torch.testing.assert_close(rebuilt, heads, rtol=1e-4, atol=1e-4 * float(heads.abs().max()))
     a, b = int(task.correct[0]), int(task.wrong[0])
     f = footprints(directions, contrast_vector(model, a, b))
-    logits = direction_logits(model, directions[layer, 0].T)  # [r, vocab]
+    logits = lens(model, directions[layer, 0].T)  # [r, vocab]
     torch.testing.assert_close(f[layer, 0], logits[:, a] - logits[:, b])
 
 

@@ -3,7 +3,8 @@ cases with known answers."""
 import pytest
 import torch
 
-from helpers.tiled.checks import build_plans, load_thresholds
+from helpers.tiled.plans import build_plans
+from helpers.tiled.thresholds import load_thresholds
 from helpers.tiled.corpus import sample_tokens
 from helpers.core.models import gpt2_tokenizer
 from helpers.tiled.statistics import (SiteStatistics, StreamPlan, _Stream, activation, best_direction_residuals,

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from helpers.core.architectures import Architecture, architecture
 from helpers.core.cache import atomic_dir, cache_dir, checksum_path, record_checksum, sha256_file, verify_checksum
 
 PROCESSINGS = ("raw", "fold_norm", "transformer_lens")
@@ -117,6 +118,16 @@ class LoadedModel:
         return self.hf_model.config.model_type
 
     @property
+    def arch(self) -> Architecture:
+        """What the architecture does (norm kind, gated MLP, RoPE, …): ``helpers.core.architectures``."""
+        return architecture(self.architecture)
+
+    @property
+    def final_logit_softcap(self) -> float | None:
+        """c in logits = c·tanh(logits / c), where the checkpoint soft-caps its final logits (Gemma-2)."""
+        return getattr(self.config, "final_logit_softcapping", None) or None
+
+    @property
     def n_layers(self) -> int:
         return self.config.num_hidden_layers
 
@@ -143,11 +154,11 @@ class LoadedModel:
     @property
     def body(self) -> torch.nn.Module:
         """The HF transformer without its LM head (calling it still fires the bridge's hooks)."""
-        return self.hf_model.transformer if self.architecture == "gpt2" else self.hf_model.model
+        return self.hf_model.transformer if self.arch.layout == "gpt2" else self.hf_model.model
 
     def block(self, layer: int) -> torch.nn.Module:
         """The HF module of one transformer layer."""
-        return (self.body.h if self.architecture == "gpt2" else self.body.layers)[layer]
+        return (self.body.h if self.arch.layout == "gpt2" else self.body.layers)[layer]
 
     def to_tokens(self, texts: list[str] | str, prepend_bos: bool = True) -> torch.Tensor:
         """Token ids [batch, pos], BOS first; texts of one batch must tokenise to the same length."""
@@ -437,7 +448,7 @@ def tiny_hf_model(spec: ModelSpec, seed: int):
         for name, p in model.named_parameters():
             noise = torch.randn(p.shape, generator=generator)
             if p.ndim == 1 and ("norm" in name or "ln" in name) and "weight" in name:
-                p.copy_(1.0 + 0.2 * noise if spec.tiny_config["model_type"] in ("gpt2", "llama") else 0.2 * noise)
+                p.copy_(0.2 * noise if architecture(spec.tiny_config["model_type"]).gain_one_plus else 1.0 + 0.2 * noise)
             elif p.ndim == 1:
                 p.copy_(0.1 * noise)
             else:

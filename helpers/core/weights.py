@@ -18,8 +18,6 @@ from dataclasses import dataclass, replace
 
 import torch
 
-NORM_KINDS = {"gpt2": "layernorm", "llama": "rms", "gemma2": "rms_one_plus", "gemma3_text": "rms_one_plus"}
-ACTIVATIONS = {"gpt2": "gelu_new", "llama": "silu", "gemma2": "gelu_tanh", "gemma3_text": "gelu_tanh"}
 
 
 @dataclass
@@ -80,7 +78,7 @@ def unembedding(model) -> Unembedding:
     if model.processing == "raw":
         return raw
     W_U, b_U = _fold(raw.ln_final, raw.W_U, raw.b_U)
-    if model.processing == "transformer_lens" and _norm_kind(model) == "layernorm":
+    if model.processing == "transformer_lens" and model.arch.centred:
         W_U = W_U - W_U.mean(-1, keepdim=True)
         b_U = b_U - b_U.mean()
     return Unembedding(W_U, b_U, Norm(torch.ones_like(raw.ln_final.gain), None))
@@ -101,7 +99,7 @@ def process_layer(model, raw: LayerWeights) -> LayerWeights:
     if model.processing == "transformer_lens":
         b_O = out.b_O + torch.einsum("hd,hdm->m", out.b_V, out.W_O)
         out = replace(out, b_O=b_O, b_V=torch.zeros_like(out.b_V))
-        if _norm_kind(model) == "layernorm":
+        if model.arch.centred:
             centre = lambda w: w - w.mean(-1, keepdim=True)  # noqa: E731
             out = replace(out, W_O=centre(out.W_O), b_O=centre(out.b_O), W_out=centre(out.W_out),
                           b_out=centre(out.b_out))
@@ -120,28 +118,20 @@ def _copy(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.detach().to(torch.float32, copy=True)
 
 
-def _norm_kind(model) -> str:
-    try:
-        return NORM_KINDS[model.architecture]
-    except KeyError:
-        raise NotImplementedError(
-            f"architecture {model.architecture!r} has no weight accessor; supported: {sorted(NORM_KINDS)}") from None
-
-
 def _norm(model, module) -> Norm:
-    kind = _norm_kind(model)
+    arch = model.arch
     weight = _copy(module.weight)
-    if kind == "layernorm":
+    if arch.norm == "layernorm":
         return Norm(weight, _copy(module.bias))
-    return Norm(1.0 + weight if kind == "rms_one_plus" else weight, None)
+    return Norm(1.0 + weight if arch.gain_one_plus else weight, None)
 
 
 def raw_layer_weights(model, layer: int) -> LayerWeights:
     """The checkpoint's weights of one layer in the accessor's convention (no processing)."""
-    _norm_kind(model)
+    model.arch  # refuses an unsupported architecture before reading anything
     H, G, dh, d = model.n_heads, model.n_kv_heads, model.d_head, model.d_model
     kv_head = torch.arange(H) // (H // G)
-    if model.architecture == "gpt2":
+    if model.arch.layout == "gpt2":
         block = model.block(layer)
         W_qkv, b_qkv = _copy(block.attn.c_attn.weight), _copy(block.attn.c_attn.bias)
         W_q, W_k, W_v = (w.reshape(d, H, dh).transpose(0, 1) for w in W_qkv.split(d, dim=1))
@@ -180,7 +170,7 @@ def raw_layer_weights(model, layer: int) -> LayerWeights:
 
 def final_norm(model) -> Norm:
     """The affine part of the final norm as the checkpoint has it (Gemma's gain is 1 + w)."""
-    return _norm(model, model.body.ln_f if model.architecture == "gpt2" else model.body.norm)
+    return _norm(model, model.body.ln_f if model.arch.layout == "gpt2" else model.body.norm)
 
 
 def _raw_unembedding(model) -> Unembedding:

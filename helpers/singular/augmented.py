@@ -182,11 +182,11 @@ def spectra_frame(svds: list[dict[str, SVD]], layers=None):
 def qk_semantics(model) -> str:
     """What the QK singular directions mean for this architecture (METHODS.md section 1.1)."""
     config = model.config
-    if model.architecture == "gpt2":
+    if not model.arch.rope:
         return "GPT-2: the attention score is exactly x̃_iᵀ W̃_QK x̃_j / √d_head; QK directions are directions of the score."
     text = ("RoPE rotates q and k by position, so W̃_QK is the pre-rotation bilinear form; the score at offset "
             "i − j is a rotated version of it.")
-    if model.architecture == "gemma3_text":
+    if model.arch.qk_norm:
         text = ("Gemma-3 normalises q and k per head (q_norm, k_norm: RMSNorm) before RoPE, so W̃_QK is the bilinear "
                 "form of the pre-norm, pre-rotation projections; scores depend on it only through the normalised, "
                 "rotated q and k.")

@@ -15,7 +15,7 @@ def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
 
 def centred_if_processed(model, x: torch.Tensor) -> torch.Tensor:
     """TransformerLens' processing centres the writes of LayerNorm models: compare with centred values."""
-    if model.processing == "transformer_lens" and model.architecture == "gpt2":
+    if model.processing == "transformer_lens" and model.arch.centred:
         return x - x.mean(-1, keepdim=True)
     return x
 

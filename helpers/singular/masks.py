@@ -27,12 +27,12 @@ positions and so inflates sparsity.
 """
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 
 import torch
 
 from helpers.singular.augmented import layer_svds, qk_factors
+from helpers.core.logits import logits_at
 from helpers.core.weights import layer_weights
 
 KINDS = ("qk", "ov", "mlp_gate", "mlp_up", "mlp_out")
@@ -96,7 +96,7 @@ def layer_bases(model, layer: int) -> LayerBases:
 def direction_shapes(model) -> dict[str, tuple]:
     """Shape of the mask of each kind in one layer."""
     H, dh, d = model.n_heads, model.d_head, model.d_model
-    gated = model.architecture != "gpt2"
+    gated = model.arch.gated_mlp
     shapes = {"qk": (H, dh), "ov": (H, min(dh + 1, d)), "mlp_up": (min(d + 1, model.d_mlp),),
               "mlp_out": (min(model.d_mlp + 1, d),)}
     if gated:
@@ -210,17 +210,12 @@ class MaskedModel:
                              "are not the model's own (value biases moved into b_O)")
         self.model = model
         self.bases = [layer_bases(model, layer) for layer in range(model.n_layers)]
-        self.softcap = getattr(model.config, "final_logit_softcapping", None)
 
     # --- plain runs ---------------------------------------------------------------------------------------
 
     def final_logits(self, tokens: torch.Tensor, answer_pos: torch.Tensor, fwd_hooks=()) -> torch.Tensor:
-        """[n, vocab] logits at the answer positions only (no unembedding of the other positions)."""
-        with self.model.bridge.hooks(fwd_hooks=list(fwd_hooks)):
-            hidden = self.model.body(input_ids=tokens).last_hidden_state
-        picked = hidden[torch.arange(tokens.shape[0]), answer_pos]
-        logits = self.model.hf_model.lm_head(picked)
-        return self.softcap * torch.tanh(logits / self.softcap) if self.softcap else logits
+        """[n, vocab] logits at the answer positions only (``helpers.core.logits.logits_at``)."""
+        return logits_at(self.model, tokens, answer_pos, fwd_hooks)
 
     def coefficients(self, tokens: torch.Tensor, kinds=KINDS) -> list[dict[str, torch.Tensor]]:
         """Per layer, the coefficients a of each of ``kinds`` at every position ([n, T, (H,) r]), unmasked."""

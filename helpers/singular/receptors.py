@@ -15,7 +15,7 @@ import torch
 
 from helpers.singular.masks import MaskedModel
 from helpers.singular.tasks import Task, ioi_positions
-from helpers.core.weights import unembedding
+from helpers.core.logits import token_columns
 
 
 def answer_ov_coefficients(masked: MaskedModel, tokens: torch.Tensor, answer_pos: torch.Tensor) -> torch.Tensor:
@@ -30,10 +30,7 @@ def contrast_vector(model, token_a: torch.Tensor | int, token_b: torch.Tensor | 
     logit(A) − logit(B) by x·c / s to first order, s the norm's scale at that token, when x is orthogonal to
     the residual (``final_norm_scale``; final norm's gain applied; for LayerNorm models c is centred,
     because the norm removes the mean of x)."""
-    u = unembedding(model)
-    W = u.ln_final.gain[:, None].double() * u.W_U.double()
-    c = (W[:, torch.as_tensor(token_a)] - W[:, torch.as_tensor(token_b)]).movedim(0, -1)
-    return c - c.mean(-1, keepdim=True) if model.architecture == "gpt2" else c
+    return token_columns(model, token_a) - token_columns(model, token_b)
 
 
 def final_norm_scale(model, tokens: torch.Tensor, answer_pos: torch.Tensor) -> torch.Tensor:

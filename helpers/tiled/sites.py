@@ -67,11 +67,7 @@ def all_sites(model, layers=None, names=SITES) -> list[Site]:
     for name in names:
         if name not in SITES:
             raise ValueError(f"site {name!r} is not one of {SITES}")
-    return [Site(layer, name) for layer in layers for name in names if name != "mlp.gate" or _gated(model)]
-
-
-def _gated(model) -> bool:
-    return model.architecture != "gpt2"
+    return [Site(layer, name) for layer in layers for name in names if name != "mlp.gate" or model.arch.gated_mlp]
 
 
 def site_matrix(model, site: Site) -> torch.Tensor:
@@ -104,11 +100,7 @@ def randomise_weights(model, seed: int) -> None:
         model.hf_model.apply(model.hf_model._init_weights)
         for module in model.hf_model.modules():  # norms: the initialiser leaves them at their defaults
             if "norm" in type(module).__name__.lower() and getattr(module, "weight", None) is not None:
-                module.weight.normal_(0.0, 0.02).add_(0.0 if _one_plus(model) else 1.0)
-
-
-def _one_plus(model) -> bool:
-    return model.architecture in ("gemma2", "gemma3_text")
+                module.weight.normal_(0.0, 0.02).add_(0.0 if model.arch.gain_one_plus else 1.0)
 
 
 def permute_site_columns(model, seed: int, sites: list[Site] | None = None) -> None:

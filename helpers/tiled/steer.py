@@ -1,0 +1,111 @@
+"""Paper 2's check C, measured: α·u added after the post-sublayer norm at all positions (residual sites);
+Spearman ρ and top-k Jaccard between the mean last-token logit change and the lens of u
+(``helpers.core.logits.lens``: the final norm's own gain, Gemma's 1 + w, and through the model's forward
+pass its soft-cap), for the strongest tile mount and for control directions (random, top whole-SVD
+direction), bootstrap CIs over the texts, and a dose–response over α. Judged by ``verdicts.rule_c1``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+
+from helpers.core.logits import lens, logits_at
+from helpers.tiled.corpus import right_padded
+from helpers.tiled.sites import Site, steer_hook
+from helpers.tiled.statistics import StreamPlan
+from helpers.tiled.verdicts import rule_c1
+
+
+def centred_ranks(x: torch.Tensor) -> torch.Tensor:
+    """Ranks of x (one sort; ties broken by order, negligible over a vocabulary), centred, unit norm."""
+    order = x.float().argsort()
+    r = torch.empty(len(x), dtype=torch.float64)
+    r[order] = torch.arange(len(x), dtype=torch.float64)
+    r -= r.mean()
+    return r / r.norm()
+
+
+def spearman(a: torch.Tensor, b: torch.Tensor | None = None, b_ranks: torch.Tensor | None = None) -> float:
+    """Spearman ρ of two vectors; pass ``b_ranks`` (``centred_ranks(b)``) to reuse them."""
+    return float(centred_ranks(a) @ (centred_ranks(b) if b_ranks is None else b_ranks))
+
+
+def top_jaccard(a: torch.Tensor, b: torch.Tensor, top: int = 20) -> float:
+    sa, sb = set(a.topk(top).indices.tolist()), set(b.topk(top).indices.tolist())
+    return len(sa & sb) / len(sa | sb)
+
+
+@dataclass
+class SteerTexts:
+    tokens: torch.Tensor  # [n, T] right-padded
+    last: torch.Tensor  # [n] index of each text's last token
+
+
+def steer_texts(sample, n_texts: int = 16, max_len: int = 64) -> SteerTexts:
+    """The first ``n_texts`` score-half sequences, truncated to ``max_len`` tokens."""
+    chosen = sorted(sample.halves()["score"])[:n_texts]
+    sequences = [sample.sequences[i][:max_len] for i in chosen]
+    return SteerTexts(right_padded(sequences), torch.tensor([len(s) - 1 for s in sequences]))
+
+
+def last_token_logits(model, texts: SteerTexts, hooks=()) -> torch.Tensor:
+    """[n, vocab] logits at each text's last token (soft-capped as the model does), float64."""
+    with torch.no_grad():
+        return logits_at(model, texts.tokens, texts.last, hooks).double()
+
+
+def steered_change(model, site: Site, u: torch.Tensor, alpha: float, texts: SteerTexts, base: torch.Tensor) -> torch.Tensor:
+    """[n, vocab] change of last-token logits when α·u is added after the site's post-sublayer norm at
+    every position."""
+    vector = (alpha * u).float()
+
+    def add(value, hook):
+        return value + vector.to(value.dtype)
+    return last_token_logits(model, texts, [(steer_hook(model, site), add)]) - base
+
+
+def bootstrap_rho(change: torch.Tensor, prediction: torch.Tensor, n_boot: int, seed: int) -> tuple[float, float]:
+    """95 % interval of ρ(mean over resampled texts of the change, prediction)."""
+    generator = torch.Generator().manual_seed(seed)
+    ranks = centred_ranks(prediction)
+    values = [spearman(change[torch.randint(len(change), (len(change),), generator=generator)].mean(0), b_ranks=ranks)
+              for _ in range(n_boot)]
+    return float(np.percentile(values, 2.5)), float(np.percentile(values, 97.5))
+
+
+def check_c(model, plans: list[StreamPlan], texts: SteerTexts, thresholds: dict, seed: int = 0,
+            progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(verdicts per residual site, dose–response rows). Directions per site: the tile mount with the
+    largest σ, a random unit direction, and the top whole-matrix SVD direction."""
+    t = thresholds["C"]
+    base = last_token_logits(model, texts)
+    residual = [p for p in plans if p.site.residual and p.effective is None]
+    if progress:
+        from tqdm.auto import tqdm
+
+        residual = tqdm(residual, desc="check C (steering)")
+    rows, dose = [], []
+    for plan in residual:
+        tile = plan.sets["tile"]
+        directions = {"tile": tile.U[:, int(tile.S.argmax())], "random": plan.sets["random"].U[:, 0],
+                      "whole": plan.sets["whole"].U[:, 0]}
+        # the norm's scale is a positive factor per direction: ranks do not depend on it
+        predictions = lens(model, torch.stack(list(directions.values())), float64=False)
+        row = dict(layer=plan.site.layer, site=plan.kind)
+        for (name, u), prediction in zip(directions.items(), predictions):
+            change = steered_change(model, plan.site, u, t["alpha"], texts, base)
+            mean = change.mean(0)
+            row[f"rho_{name}"] = spearman(mean, prediction)
+            row[f"rho_{name}_low"], row[f"rho_{name}_high"] = bootstrap_rho(change, prediction, t["bootstrap"], seed)
+            row[f"jaccard_{name}"] = top_jaccard(mean, prediction, t["top"])
+        tile_ranks = centred_ranks(predictions[0])
+        for alpha in t["dose_alphas"]:
+            change = steered_change(model, plan.site, directions["tile"], alpha, texts, base).mean(0)
+            dose.append(dict(layer=plan.site.layer, site=plan.kind, alpha=alpha, rho=spearman(change, b_ranks=tile_ranks),
+                             jaccard=top_jaccard(change, predictions[0], t["top"]), size=float(change.norm())))
+        row["C1"] = rule_c1(row["rho_tile"], row["jaccard_tile"], plan.site.layer, thresholds)
+        rows.append(row)
+    return pd.DataFrame(rows), pd.DataFrame(dose)

@@ -1,0 +1,140 @@
+"""Paper 2's sweep: every site × layer × check for one model, its negative controls (random
+initialisation, permuted columns) through the same pipeline, pass rates, the checks a control passes as
+often as the real model, and the coverage curves of notebook 05.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from helpers.tiled.plans import build_plans
+from helpers.tiled.sites import PAPER_WIDTHS, RESIDUAL_SITES, all_sites, site_matrix
+from helpers.tiled.statistics import SiteStatistics, StreamPlan
+from helpers.tiled.steer import check_c, steer_texts
+from helpers.tiled.tiling import frobenius_coverage, random_directions, random_partition_svd, tile_svd
+from helpers.tiled.verdicts import check_a, check_b
+
+
+@dataclass
+class Sweep:
+    a: pd.DataFrame
+    b: pd.DataFrame
+    c: pd.DataFrame
+    dose: pd.DataFrame
+    record: dict
+
+    def verdicts(self) -> pd.DataFrame:
+        """Site × layer: A, B1, C1 and the overall pass (C only where judged)."""
+        plain = self.a[~self.a["effective"]][["layer", "site", "A1", "A2", "A4", "A_pass"]]
+        out = plain.merge(self.b[["layer", "site", "B1"]], on=["layer", "site"], how="left")
+        if not self.c.empty:
+            out = out.merge(self.c[["layer", "site", "C1"]], on=["layer", "site"], how="left")
+        else:
+            out["C1"] = None
+        c_ok = out["C1"].map(lambda v: True if v is None or v != v else bool(v))
+        out["pass"] = out["A_pass"] & out["B1"] & c_ok
+        return out
+
+    def pass_counts(self) -> dict:
+        v = self.verdicts()
+        return {site: dict(passed=int(g["pass"].sum()), total=len(g)) for site, g in v.groupby("site", sort=False)}
+
+
+def sweep(model, sample, thresholds: dict, layers=None, sites=None, n_texts: int = 16, seed: int = 0,
+          batch: int = 16, progress: bool = True, label: str = "model") -> Sweep:
+    """All sites × layers × A, B, C for one model: one corpus pass, then the steering runs."""
+    chosen = all_sites(model, layers, sites) if sites else all_sites(model, layers)
+    plans = build_plans(model, chosen, thresholds, seed=seed)
+    stats = SiteStatistics(model, plans, seed=seed)
+    stats.run(sample, batch=batch, progress=progress)
+    a, b = check_a(stats, thresholds), check_b(stats, thresholds, model)
+    if any(s.name in RESIDUAL_SITES for s in chosen):
+        c, dose = check_c(model, plans, steer_texts(sample, n_texts), thresholds, seed, progress)
+    else:
+        c, dose = pd.DataFrame(), pd.DataFrame()
+    record = dict(label=label, sample=sample.record(), thresholds=thresholds, seed=seed,
+                  layers=sorted({s.layer for s in chosen}), sites=sorted({s.name for s in chosen}))
+    return Sweep(a, b, c, dose, record)
+
+
+# --- negative controls and coverage curves ----------------------------------------------------------------
+
+CHECKS = ("A1", "A2", "A4", "B1", "C1")
+
+
+CONTROLS = ("random-init", "permuted")
+
+
+def control_model(name: str, control: str, seed: int = 0, device: str = "cpu"):
+    """A negative control of a registry model: every weight re-drawn (``random-init``) or each site's
+    input columns permuted (``permuted``); loaded fresh, so the real model is untouched."""
+    from helpers.core.models import load_model
+    from helpers.tiled.sites import permute_site_columns, randomise_weights
+
+    if control not in CONTROLS:
+        raise ValueError(f"control={control!r} is not one of {CONTROLS}")
+    model = load_model(name, processing="raw", device=device)
+    (randomise_weights if control == "random-init" else permute_site_columns)(model, seed)
+    return model
+
+
+def pass_rates(sweeps: dict[str, Sweep]) -> pd.DataFrame:
+    """Fraction of judged site-layers passing each check, per site and model/control (columns: labels)."""
+    rows = []
+    for label, result in sweeps.items():
+        v = result.verdicts()
+        for site, group in v.groupby("site", sort=False):
+            for check in (*CHECKS, "pass"):
+                judged = group[check].dropna() if check == "C1" else group[check]
+                judged = judged[judged.map(lambda x: x is not None)]
+                if len(judged):
+                    rows.append(dict(site=site, check=check, label=label, rate=float(judged.astype(bool).mean()),
+                                     judged=len(judged)))
+    table = pd.DataFrame(rows).pivot_table(index=["site", "check"], columns="label", values="rate", sort=False)
+    return table
+
+
+def uninformative(rates: pd.DataFrame, real: str = "model", controls=("random-init", "permuted")) -> pd.DataFrame:
+    """Checks that some negative control passes at least as often as the real model (and at all)."""
+    present = [c for c in controls if c in rates.columns]
+    flags = pd.Series(False, index=rates.index)
+    for control in present:
+        flags |= (rates[control] >= rates[real]) & (rates[control] > 0)
+    return rates.assign(uninformative=flags)
+
+
+def coverage_sweep(model, sample, layers, widths=(64, 128, 256, 512, 1024), ks=(1, 2, 4, 8, 16), k_width: int = 2,
+                   seed: int = 0, batch: int = 16, progress: bool = True) -> pd.DataFrame:
+    """Coverage (B) of tile mounts vs k at the paper's widths and vs tile width at ``k_width``, against
+    random column partitions of the same widths and random directions of the same count; Frobenius weight
+    coverage beside each. One corpus pass for all of it. One row per (layer, site, variable, value)."""
+    plans, meta = [], []
+    for site in all_sites(model, layers):
+        W = site_matrix(model, site)
+        coverage, entries = {}, []
+        for k in ks:
+            entries.append(("k", k, PAPER_WIDTHS[site.name], k))
+        for w in sorted({w for w in widths if w < W.shape[1]} | {W.shape[1]}):  # d_in: the whole matrix as one tile
+            entries.append(("width", w, w, k_width))
+        by_width = {}
+        for variable, value, width, k in entries:
+            key = f"{variable}{value}"
+            if width not in by_width:
+                by_width[width] = tile_svd(W, width, max(max(ks), k_width))
+            tile = by_width[width].per_tile(k)
+            coverage[f"tile_{key}"] = tile
+            coverage[f"partition_{key}"] = random_partition_svd(W, width, k, seed)
+            coverage[f"random_{key}"] = random_directions(W.shape[0], len(tile), seed + 7)
+            meta.append(dict(layer=site.layer, site=site.name, variable=variable, value=value, width=width, k=k,
+                             directions=len(tile), frobenius=frobenius_coverage(tile, W)))
+        plans.append(StreamPlan(site, site.name, {"random": random_directions(W.shape[0], 1, seed)}, coverage))
+    stats = SiteStatistics(model, plans, seed=seed)
+    stats.run(sample, batch=batch, progress=progress)
+    results = stats.results()
+    rows = []
+    for m in meta:
+        cov = results[f"L{m['layer']} {m['site']}"]["coverage"]
+        key = f"{m['variable']}{m['value']}"
+        rows.append(dict(**m, tile=cov[f"tile_{key}"], partition=cov[f"partition_{key}"], random=cov[f"random_{key}"]))
+    return pd.DataFrame(rows)

@@ -1,0 +1,76 @@
+"""Paper 2's verdicts: the rules of checks A (A1, A2, A4), B (B1) and C (C1), judged from measured
+statistics against the thresholds file, with the raw numbers beside each verdict.
+
+- **A** full-write energy lift of each direction set over random directions of the same count; span
+  energy and mean pairwise |cos| beside it.
+- **B** coverage over k: per token, least squares on its best-aligned tile mounts, minus the same with
+  random directions; Frobenius weight coverage of the per-tile rank-k approximations.
+- **C1** the steer follows the lens (``helpers.tiled.steer`` measures it).
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from helpers.tiled.sites import site_matrix
+from helpers.tiled.statistics import SiteStatistics
+from helpers.tiled.tiling import frobenius_coverage, mean_abs_cosine
+
+
+def check_a(stats: SiteStatistics, thresholds: dict) -> pd.DataFrame:
+    t = thresholds["A"]
+    results = stats.results()
+    rows = []
+    for plan in stats.plans:
+        f = results[plan.name]["f"]
+        baseline = float(f["random"].mean())
+        lifts = {name: float(v.mean()) - baseline for name, v in f.items() if name != "random"}
+        is_effective = plan.effective is not None
+        row = dict(layer=plan.site.layer, site=plan.kind, residual=plan.site.residual, effective=is_effective,
+                   n=len(plan.sets["tile"]), f_random=baseline, tokens=results[plan.name]["tokens"]["score"],
+                   **{f"lift_{name}": v for name, v in lifts.items()},
+                   **{f"span_{name}": v for name, v in results[plan.name]["span"].items()},
+                   cos_tile=mean_abs_cosine(plan.sets["tile"].U), cos_whole=mean_abs_cosine(plan.sets["whole"].U))
+        tile, whole, columns = lifts["tile"], lifts["whole"], lifts["columns"]
+        row["A1"] = tile > (t["a1_margin_effective"] if is_effective else t["a1_margin"])
+        row["A2"] = tile >= columns - t["a2_tolerance"]
+        margin, ratio = ((t["a4_margin_residual"], t["a4_ratio_residual"]) if plan.site.residual
+                         else (t["a4_margin_other"], t["a4_ratio_other"]))
+        row["A4"] = (tile + margin >= whole) or (whole > 0 and tile / whole >= ratio)
+        row["A_pass"] = row["A1"] and row["A2"] and row["A4"]
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def check_b(stats: SiteStatistics, thresholds: dict, model=None) -> pd.DataFrame:
+    """One row per stream: coverage lift at every k, the B1 verdict, and (plain sites, given ``model``)
+    Frobenius weight coverage at every k."""
+    t = thresholds["B"]
+    ks = t["ks"]
+    results = stats.results()
+    rows = []
+    for plan in stats.plans:
+        cov = results[plan.name]["coverage"]
+        lifts = [cov[f"tile_k{k}"] - cov[f"random_k{k}"] for k in ks]
+        peak = max(lifts)
+        floor = (t["peak_effective"] if plan.effective is not None
+                 else t["peak_residual"] if plan.site.residual else t["peak_other"])
+        row = dict(layer=plan.site.layer, site=plan.kind, residual=plan.site.residual,
+                   effective=plan.effective is not None, peak=peak,
+                   **{f"coverage_k{k}": cov[f"tile_k{k}"] for k in ks},
+                   **{f"lift_k{k}": v for k, v in zip(ks, lifts)})
+        if model is not None and plan.effective is None:
+            W = site_matrix(model, plan.site)
+            row.update({f"frobenius_k{k}": frobenius_coverage(plan.coverage_sets[f"tile_k{k}"], W) for k in ks})
+        row["B1"] = (peak >= floor and all(v >= peak - t["early_within"] for v in lifts[:2])
+                     and lifts[-1] >= peak - t["last_within"])
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def rule_c1(rho: float, jaccard: float, layer: int, thresholds: dict) -> bool | None:
+    """C1: the steer follows the lens (ρ ≥ threshold, or top-k Jaccard ≥ threshold); None below ``min_layer``
+    (not judged)."""
+    t = thresholds["C"]
+    if layer < t["min_layer"]:
+        return None
+    return bool(rho >= t["rho"] or jaccard >= t["jaccard"])
