@@ -4,8 +4,9 @@
                                        [--parametrisation hard_concrete|sigmoid]
 
 "plain": the model's own forward at all positions (logits everywhere) and a backward of the answer-position
-cross-entropy into all its weights. "mask step": what ``train_masks`` does per step (masked forward through
-hooks, logits at the answer positions only, KL + α Σ m, backward into the mask logits, AdamW step).
+cross-entropy into all its weights. "mask step": ``helpers.singular.training.training_step``, the step ``train_masks``
+runs (masked forward through hooks, logits at the answer positions only, KL + α Σ m, backward into the mask
+logits, gradient clipping, AdamW step).
 Prints median seconds over ``repeats`` after one warm-up, and the ratio.
 """
 import argparse
@@ -14,7 +15,8 @@ import time
 
 import torch
 
-from helpers.singular.training import TrainConfig, _select, kl_to_full, prepare
+from helpers.singular.references import prepare
+from helpers.singular.training import TrainConfig, training_step
 from helpers.singular.masks import AblationRule, DirectionMasks, MaskedModel
 from helpers.core.models import load_model
 from helpers.singular.tasks import ioi_task
@@ -56,15 +58,11 @@ def main():
     prepared = prepare(masked, task, rule)
     masks = DirectionMasks(model, parametrisation=args.parametrisation)
     masks.train()  # hard-concrete: stochastic gates, as in training
-    optimiser = torch.optim.AdamW(masks.parameters(), lr=TrainConfig.lr)
-    refs = _select(prepared.references, rows)
+    config = TrainConfig(batch=args.batch, parametrisation=args.parametrisation)
+    optimiser = torch.optim.AdamW(masks.parameters(), lr=config.lr, weight_decay=0.0)
 
-    def mask_step():
-        logits = masked.masked_final_logits(masks, rule, task.clean, task.answer_pos, refs)
-        loss = kl_to_full(prepared.log_p_full, logits).mean() + TrainConfig.alpha * masks.total()
-        optimiser.zero_grad(set_to_none=True)
-        loss.backward()
-        optimiser.step()
+    def mask_step():  # the training loop's own step (clipping included), on the whole batch
+        training_step(masked, masks, rule, task, prepared, rows, optimiser, config)
 
     plain_s, step_s = timed(plain, args.repeats), timed(mask_step, args.repeats)
     print(f"model {args.model}, batch {args.batch} IOI prompts x {task.clean.shape[1]} tokens, 2 threads, "

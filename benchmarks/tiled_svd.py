@@ -26,7 +26,8 @@ from helpers.tiled.thresholds import load_thresholds
 from helpers.tiled.verdicts import check_a, check_b
 from helpers.tiled.statistics import SiteStatistics
 from helpers.tiled.sites import all_sites
-from helpers.tiled.corpus import corpus_paragraphs, right_padded, sample_tokens
+from helpers.core.tokens import right_padded
+from helpers.tiled.corpus import corpus_paragraphs, sample_tokens
 from helpers.core.models import load_model, model_from_config
 
 GEMMA_2_2B = dict(model_type="gemma2", vocab_size=256000, hidden_size=2304, intermediate_size=9216,

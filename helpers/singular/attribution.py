@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import torch
 
-from helpers.singular.tasks import Task
-from helpers.singular.receptors import contrast_vector
+from helpers.core.logits import token_columns
 from helpers.core.weights import layer_weights
+from helpers.singular.tasks import Task
 
 GPT2_IOI_HEADS = {  # Wang et al. 2023, METHODS.md section 1.4: (layer, head) -> class
     **{h: "name mover" for h in [(9, 6), (9, 9), (10, 0)]},
@@ -27,7 +27,7 @@ def head_logit_attribution(model, task: Task) -> torch.Tensor:
     with torch.no_grad():
         _, cache = model.bridge.run_with_cache(task.clean, names_filter=lambda n: n in wanted)
     rows = torch.arange(len(task))
-    contrast = contrast_vector(model, task.correct, task.wrong).float()  # [n, d]
+    contrast = (token_columns(model, task.correct) - token_columns(model, task.wrong)).float()  # [n, d]
     final_scale = cache["ln_final.hook_scale"][rows, task.answer_pos]  # [n, 1]
     out = torch.zeros(model.n_layers, model.n_heads)
     for layer in range(model.n_layers):
@@ -36,6 +36,22 @@ def head_logit_attribution(model, task: Task) -> torch.Tensor:
         heads = torch.einsum("nhe,hed->nhd", z, w.W_O) + w.b_O / w.n_heads
         post = f"blocks.{layer}.ln1_post.hook_scale"
         if post in cache:  # Gemma: post-attention RMSNorm, frozen at its scale
-            heads = heads * (1.0 + model.block(layer).post_attention_layernorm.weight.detach()) / cache[post][rows, task.answer_pos][:, None]
+            weight = model.block(layer).post_attention_layernorm.weight.detach()
+            gain = 1.0 + weight if model.arch.gain_one_plus else weight
+            heads = heads * gain / cache[post][rows, task.answer_pos][:, None]
         out[layer] = torch.einsum("nhd,nd->nh", heads / final_scale[:, None], contrast).mean(0)
     return out
+
+
+def boxed_heads(model, task_name: str, attribution: torch.Tensor | None, top: int = 3) -> tuple[list, str]:
+    """The heads notebook 02 draws a box around, and what the boxes mean: Wang et al.'s IOI circuit for
+    GPT-2 small on IOI (nothing on its other tasks), else the ``top`` heads by direct logit attribution
+    (name-mover candidates) where the task has a logit contrast, else none."""
+    if model.name == "gpt2-small":
+        return (sorted(GPT2_IOI_HEADS) if task_name == "ioi" else []), "Wang et al.'s IOI circuit"
+    if attribution is None:
+        return [], "none"
+    order = torch.as_tensor(attribution).reshape(-1).argsort(descending=True)[:top]
+    n_heads = torch.as_tensor(attribution).shape[1]
+    return ([(int(i) // n_heads, int(i) % n_heads) for i in order],
+            f"top-{top} direct logit attribution (name-mover candidates)")

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
+from helpers.core.linalg import column_signs
+
 from helpers.core.weights import LayerWeights, layer_weights
 
 DEGENERATE_RTOL = 1e-4
@@ -58,9 +60,7 @@ def svd_dense(W: torch.Tensor) -> SVD:
 
 def _canonical(U: torch.Tensor, S: torch.Tensor, V: torch.Tensor) -> SVD:
     """Flip each pair (u_k, v_k) so the largest-|·| entry of v_k is positive; flag degenerate blocks."""
-    idx = V.abs().argmax(dim=-2, keepdim=True)
-    sign = torch.sign(torch.gather(V, -2, idx))
-    sign[sign == 0] = 1
+    sign = column_signs(V)
     close = (S[..., :-1] - S[..., 1:]) <= DEGENERATE_RTOL * S[..., :-1].clamp_min(torch.finfo(S.dtype).tiny)
     degenerate = torch.zeros(S.shape, dtype=torch.bool)
     degenerate[..., :-1] |= close
@@ -128,6 +128,7 @@ def _stack_bias(b: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
 # --- all SVDs of a model ----------------------------------------------------------------------------------
 
 MATRIX_KINDS = ("qk", "ov", "mlp_gate", "mlp_up", "mlp_out")
+"""The kinds of augmented matrix of a layer (``mlp_gate`` in gated MLPs only); ranks in ``direction_ranks``."""
 
 
 def layer_svds(w: LayerWeights) -> dict[str, SVD]:
@@ -150,13 +151,28 @@ def augmented_svds(model, layers=None, progress: bool = False) -> list[dict[str,
     return [layer_svds(layer_weights(model, layer)) for layer in layers]
 
 
+def direction_ranks(n_heads: int, d_model: int, d_head: int, d_mlp: int, gated: bool) -> dict[str, tuple]:
+    """Shape of the singular directions of each kind in one layer: the ranks of its augmented matrices,
+    generically (per head for QK and OV). The one place these ranks are written; masks have these shapes."""
+    H, d, dh = n_heads, d_model, d_head
+    shapes = {"qk": (H, min(dh, d + 1)), "ov": (H, min(dh + 1, d)), "mlp_up": (min(d + 1, d_mlp),),
+              "mlp_out": (min(d_mlp + 1, d),)}
+    if gated:
+        shapes["mlp_gate"] = (min(d + 1, d_mlp),)
+    return shapes
+
+
+def direction_shapes(model) -> dict[str, tuple]:
+    """``direction_ranks`` of a loaded model."""
+    return direction_ranks(model.n_heads, model.d_model, model.d_head, model.d_mlp, model.arch.gated_mlp)
+
+
 def direction_counts(n_layers: int, n_heads: int, d_model: int, d_head: int, d_mlp: int, gated: bool) -> dict[str, int]:
-    """Number of singular directions of each kind (the ranks of the augmented matrices, generically)."""
-    mlp_in = min(d_model + 1, d_mlp)
-    counts = {"qk": n_layers * n_heads * min(d_head, d_model + 1),
-              "ov": n_layers * n_heads * min(d_head + 1, d_model),
-              "mlp_in": n_layers * mlp_in * (2 if gated else 1),
-              "mlp_out": n_layers * min(d_mlp + 1, d_model)}
+    """Number of singular directions of each kind in the model (MLP in: up and gate together)."""
+    shapes = direction_ranks(n_heads, d_model, d_head, d_mlp, gated)
+    size = {kind: n_layers * int(torch.tensor(shape).prod()) for kind, shape in shapes.items()}
+    counts = {"qk": size["qk"], "ov": size["ov"], "mlp_in": size["mlp_up"] + size.get("mlp_gate", 0),
+              "mlp_out": size["mlp_out"]}
     counts["total"] = sum(counts.values())
     return counts
 

@@ -4,7 +4,7 @@ A circuit is a binarised mask (kept = 1). Two ways to get circuits of many sizes
 
 - a threshold sweep of one trained set of masks (``faithfulness_curve``: keep the n largest), which
   also switches fully on or off directions the training left partly on;
-- an α sweep (``alpha_sweep``): one training per sparsity weight α, each evaluated at its own
+- an α sweep (``helpers.singular.training.alpha_sweep``): one training per sparsity weight α, each evaluated at its own
   binarisation (logit > 0), the circuit that training found.
 
 Each circuit gets the KL to the full model, the task metric and accuracy of the circuit and of the full
@@ -13,13 +13,11 @@ kept directions in every (layer, kind) block.
 """
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 import pandas as pd
 import torch
 
-from helpers.singular.training import TrainConfig, kl_to_full, prepare, train_masks, valid_positions
+from helpers.singular.references import kl_to_full, prepare
 from helpers.singular.masks import AblationRule, DirectionMasks, FixedMasks, MaskedModel
 from helpers.singular.tasks import Task, logit_diff, probability_difference, with_first_digit, year_probabilities
 
@@ -155,21 +153,6 @@ def faithfulness_curve(evaluator: CircuitEvaluator, masks: DirectionMasks, n_poi
                          for n_keep in iterator])
 
 
-def alpha_sweep(masked: MaskedModel, train: Task, evaluator: CircuitEvaluator, rule: AblationRule,
-                config: TrainConfig, alphas, control_seeds: int = 3, progress: bool = True):
-    """Train one set of masks per sparsity weight α (all else as ``config``) and evaluate the circuit each
-    training found (kept = its own masks, logit > 0) on the held-out prompts. Each α gives one point of
-    the faithfulness–sparsity frontier that needs no choice of threshold.
-    Returns (table sorted by α, {α: masks})."""
-    rows, trained = [], {}
-    for alpha in alphas:
-        masks, history = train_masks(masked, train, rule, replace(config, alpha=float(alpha)), progress=progress)
-        trained[float(alpha)] = masks
-        row = evaluate_circuit(evaluator, FixedMasks.binarised(masks), control_seeds)
-        rows.append(dict(alpha=float(alpha), train_kl=float(history["kl"].iloc[-1]), **row))
-    return pd.DataFrame(rows).sort_values("alpha", ignore_index=True), trained
-
-
 def all_points(curve: pd.DataFrame, sweep: pd.DataFrame, alpha: float) -> pd.DataFrame:
     """The threshold curve of the masks trained at ``alpha`` and the α sweep's trained circuits, in one
     table with a ``source`` column ("threshold" or "trained") and the α of each point."""
@@ -212,3 +195,26 @@ def kept_mlp_per_layer(circuit: FixedMasks, n_layers: int) -> torch.Tensor:
     kinds = ("mlp_up", "mlp_gate", "mlp_out")
     return torch.tensor([sum(float(circuit.blocks[f"{layer}_{k}"].sum()) for k in kinds
                              if f"{layer}_{k}" in circuit.blocks) for layer in range(n_layers)])
+
+
+def circuit_for_heatmaps(points: pd.DataFrame, kl: float = PAPER_KL) -> tuple[dict, str]:
+    """The circuit notebook 02 draws per head: the sparsest with held-out KL ≤ ``kl`` (``point_at_kl``);
+    when none reaches it, the circuit of lowest KL among those that keep less than everything. Returns
+    (its row of ``all_points``, why it was chosen)."""
+    point = point_at_kl(points, kl)
+    if point is not None:
+        return point, f"sparsest circuit with held-out KL ≤ {kl}"
+    partial = points[points["kept_fraction"] < 1]
+    if partial.empty:
+        raise ValueError("every evaluated circuit keeps all directions: there is no circuit to draw")
+    return partial.sort_values("kl", kind="stable").iloc[0].to_dict(), f"no circuit reaches KL ≤ {kl}: the one of lowest KL"
+
+
+def boxed_mass(mass, heads) -> tuple[float, float]:
+    """(mean mask mass of the given heads, mean over all other heads); NaN for the first when none given."""
+    mass = torch.as_tensor(mass, dtype=torch.float64)
+    boxed = torch.zeros(mass.shape, dtype=torch.bool)
+    for layer, head in heads:
+        boxed[layer, head] = True
+    inside = float(mass[boxed].mean()) if boxed.any() else float("nan")
+    return inside, float(mass[~boxed].mean())

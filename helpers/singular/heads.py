@@ -179,3 +179,58 @@ def subfunction_evidence(ov_roles: pd.DataFrame, qk_roles: pd.DataFrame, effects
              ("salience (attends IO over S)", [f"QK {k}" for k in salience]),
              ("sequence initialisation (BOS)", initialisation)]
     return [dict(subfunction=name, supported=bool(ds), directions=ds) for name, ds in found]
+
+
+PAPER_HEAD = (9, 6)
+"""Paper 1's case-study head of GPT-2 small: name mover 9.6 (Wang et al.)."""
+
+
+def resolve_case_study_head(model, given, criterion_choice: tuple[int, int], n_candidates: int) -> tuple[int, int, str]:
+    """(layer, head, why) of the case study: ``given`` ("layer.head") when set; else paper 1's 9.6 for
+    GPT-2 small; else ``criterion_choice`` (``choose_case_study_head``). A given head is checked against
+    the model's shape."""
+    if given is not None:
+        try:
+            layer, head = (int(v) for v in str(given).split("."))
+        except ValueError:
+            raise ValueError(f"head={given!r} is not 'layer.head' (e.g. '9.6')") from None
+        if not (0 <= layer < model.n_layers and 0 <= head < model.n_heads):
+            raise ValueError(f"head={given!r}: {model.name} has layers 0–{model.n_layers - 1} and heads "
+                             f"0–{model.n_heads - 1}")
+        return layer, head, f"given as a parameter ({given})"
+    if model.name == "gpt2-small":
+        return (*PAPER_HEAD, "paper 1's head 9.6 (a name mover in Wang et al.)")
+    layer, head = criterion_choice
+    return layer, head, (f"the most mask mass among the {n_candidates} heads with the largest direct logit "
+                         f"attribution to IO − S")
+
+
+def choose_directions(ov_masks: torch.Tensor, qk_masks: torch.Tensor, ov_null: torch.Tensor, n: int) -> dict[str, list[int]]:
+    """The head's directions studied: per kind the ``n`` with the largest mask values, OV directions with a
+    numerically zero σ excluded (they write nothing)."""
+    usable = (~ov_null).nonzero().flatten()
+    return {"ov": usable[ov_masks[usable].argsort(descending=True)[:n]].tolist(),
+            "qk": qk_masks.argsort(descending=True)[:n].tolist()}
+
+
+def direction_table(model, reading: HeadReading, chosen: dict[str, list[int]], ov_masks: torch.Tensor,
+                    qk_masks: torch.Tensor, ov_roles: pd.DataFrame, qk_roles: pd.DataFrame,
+                    written: torch.Tensor, k: int = 5) -> pd.DataFrame:
+    """One row per chosen direction: σ, mask, and what drives it (its dominant role); for OV also its
+    mean coefficient, the IO − S logits it writes (``written`` [r]), its top source tokens and the tokens it
+    promotes and suppresses as written (the lens of v_k times the sign of its mean coefficient)."""
+    from helpers.singular.readout import top_tokens
+
+    rows = []
+    for index in chosen["ov"]:
+        coefficient = float(reading.ov_coefficients[:, index].mean())
+        writes = top_tokens(model, reading.ov_V[:, index] * (1 if coefficient >= 0 else -1), k)
+        rows.append(dict(kind="ov", direction=index, sigma=float(reading.ov_S[index]), mask=float(ov_masks[index]),
+                         coefficient=coefficient, writes_io_minus_s=float(written[index]),
+                         driven_by=dominant_role(ov_roles.loc[index]),
+                         source_tokens=" ".join(top_source_tokens(model.tokenizer, reading, index, 3)),
+                         promotes=" | ".join(writes["promotes"]), suppresses=" | ".join(writes["suppresses"])))
+    for index in chosen["qk"]:
+        rows.append(dict(kind="qk", direction=index, sigma=float(reading.qk_S[index]), mask=float(qk_masks[index]),
+                         driven_by=dominant_role(qk_roles.loc[index])))
+    return pd.DataFrame(rows)

@@ -31,11 +31,11 @@ from dataclasses import dataclass
 
 import torch
 
-from helpers.singular.augmented import layer_svds, qk_factors
+from helpers.singular.augmented import MATRIX_KINDS, direction_shapes, layer_svds, qk_factors
 from helpers.core.logits import logits_at
 from helpers.core.weights import layer_weights
 
-KINDS = ("qk", "ov", "mlp_gate", "mlp_up", "mlp_out")
+KINDS = MATRIX_KINDS
 REFERENCES = ("zero", "mean", "corrupted")
 POSITIONS = ("all", "answer")
 COEFFICIENT_HOOKS = {"qk": "attn.hook_q", "ov": "attn.hook_z", "mlp_up": "mlp.in.hook_out",
@@ -91,17 +91,6 @@ def layer_bases(model, layer: int) -> LayerBases:
     bias = torch.einsum("d,hdr->hr", w.b_O.double() / w.n_heads, V)
     return LayerBases(A.float(), torch.linalg.inv(A).float(), V.float(), from_z.float(), bias.float(),
                       {k: svds[k].V.float() for k in ("mlp_gate", "mlp_up", "mlp_out") if k in svds})
-
-
-def direction_shapes(model) -> dict[str, tuple]:
-    """Shape of the mask of each kind in one layer."""
-    H, dh, d = model.n_heads, model.d_head, model.d_model
-    gated = model.arch.gated_mlp
-    shapes = {"qk": (H, dh), "ov": (H, min(dh + 1, d)), "mlp_up": (min(d + 1, model.d_mlp),),
-              "mlp_out": (min(model.d_mlp + 1, d),)}
-    if gated:
-        shapes["mlp_gate"] = (min(d + 1, model.d_mlp),)
-    return shapes
 
 
 PARAMETRISATIONS = ("sigmoid", "hard_concrete")

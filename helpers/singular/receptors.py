@@ -107,3 +107,26 @@ def ioi_slot_contrast(model, task: Task) -> tuple[torch.Tensor, torch.Tensor]:
     rows = torch.arange(len(task))
     first, second = torch.minimum(roles["IO"], roles["S1"]), torch.maximum(roles["IO"], roles["S1"])
     return contrast_vector(model, task.clean[rows, first], task.clean[rows, second]), roles["IO"] < roles["S1"]
+
+
+def fitted_and_rescored(masked: MaskedModel, fit: Task, score: Task, contrast_of, min_separation: float, top: int,
+                        suffix: str) -> tuple[pd.DataFrame, torch.Tensor]:
+    """Receptors found on the ``fit`` prompts and their statistics again on the ``score`` prompts (never
+    the same prompts: a receptor's score on the prompts it was chosen from is optimistic).
+
+    ``contrast_of(task)`` gives (contrast [d] or [n, d], is_a [n]) for a task's prompts. Returns (the fitted
+    table with ``score_<suffix>`` and ``separation_<suffix>`` columns, the score half's coefficients
+    [n, L, H, r])."""
+    directions = ov_write_directions(masked)
+
+    def measured(task: Task):
+        contrast, is_a = contrast_of(task)
+        coefficients = answer_ov_coefficients(masked, task.clean, task.answer_pos)
+        footprint = footprints(directions, contrast, final_norm_scale(masked.model, task.clean, task.answer_pos))
+        return coefficients, footprint, is_a
+
+    fitted = find_receptors(*measured(fit), min_separation=min_separation, top=top)
+    coefficients, footprint, is_a = measured(score)
+    again = statistics_at(fitted, coefficients, footprint, is_a)
+    table = fitted.assign(**{f"score_{suffix}": again["score"], f"separation_{suffix}": again["separation"]})
+    return table, coefficients

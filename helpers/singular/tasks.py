@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from helpers.core.tokens import right_padded
+
 NAMES_MALE = ["John", "David", "Michael", "James", "Robert", "William", "Richard", "Thomas", "Mark", "Paul",
               "Daniel", "Peter", "George", "Edward", "Steven", "Kevin", "Brian", "Jason", "Matthew", "Gary",
               "Eric", "Frank", "Scott", "Sam", "Jack", "Tom", "Ben", "Adam", "Henry", "Ryan"]
@@ -89,12 +91,8 @@ def token_id(tokenizer, text: str) -> int:
 def _tokenise(model, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-padded ids (BOS first) and the index of each text's last token."""
     rows = [[model.tokenizer.bos_token_id] + model.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
-    length = max(len(r) for r in rows)
     pad = model.tokenizer.pad_token_id if model.tokenizer.pad_token_id is not None else model.tokenizer.bos_token_id
-    tokens = torch.full((len(rows), length), pad, dtype=torch.long)
-    for i, row in enumerate(rows):
-        tokens[i, : len(row)] = torch.tensor(row)
-    return tokens, torch.tensor([len(r) - 1 for r in rows])
+    return right_padded(rows, pad), torch.tensor([len(r) - 1 for r in rows])
 
 
 def _check_aligned(clean_pos: torch.Tensor, corrupt_pos: torch.Tensor, task: str) -> None:

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import pandas as pd
 import torch
 
 from helpers.core.cache import cache_dir, load_verified, save_verified
-from helpers.singular.masks import AblationRule, DirectionMasks, MaskedModel
+from helpers.singular.circuits import CircuitEvaluator, evaluate_circuit
+from helpers.singular.masks import AblationRule, DirectionMasks, FixedMasks, MaskedModel
+from helpers.singular.references import Prepared, kl_to_full, prepare, select_rows
 from helpers.singular.tasks import Task, check_prompt_count, make_task
 
 
@@ -37,7 +39,53 @@ class TrainConfig:
 
 
 FAST_MASKING = dict(n_prompts=24, steps=12, batch=8)
-"""Sizes of a fast (CI) masking run; notebooks that reuse notebook 02's masks apply the same override."""
+"""Sizes of a fast (CI) masking run (``MaskingRun.declared(fast=True)``)."""
+
+
+@dataclass(frozen=True)
+class MaskingRun:
+    """The masking run of notebooks 02 and 03, declared once: notebook 03 studies the IOI masks notebook 02
+    trained, and finds them in the cache only when every field here is the same. Both notebooks build it
+    with ``MaskingRun.declared(masking, fast, seed)`` from the same ``masking`` overrides (none by default)."""
+
+    reference: str = "corrupted"  # "zero", "mean" or "corrupted"
+    positions: str = "all"  # "all" or "answer"
+    n_prompts: int = 192  # half train the masks, half are held out
+    steps: int = 300  # AdamW steps (one optimiser for the run)
+    batch: int = 16
+    alpha: float = 1.95e-4  # paper 1's L1 weight
+    lr: float = 0.05  # paper 1: 0.02 (with 800 steps of batch 32, too slow for a CPU run)
+    parametrisation: str = "hard_concrete"  # or "sigmoid" (paper 1)
+    seed: int = 0
+
+    @classmethod
+    def declared(cls, overrides: dict | None = None, fast: bool = False, seed: int = 0) -> "MaskingRun":
+        """The declared run with ``overrides`` (field → value, each checked), the notebook's ``seed``, and
+        the fast sizes under ``fast``."""
+        fields = {name: f.default for name, f in cls.__dataclass_fields__.items()}
+        overrides = dict(overrides or {})
+        for name, value in overrides.items():
+            if name not in fields or name == "seed":
+                raise ValueError(f"masking={{{name!r}: …}}: no such field of MaskingRun; fields: "
+                                 f"{sorted(set(fields) - {'seed'})} (the seed is the notebook's own parameter)")
+            default = fields[name]
+            if not isinstance(value, type(default)) and not (isinstance(default, float) and isinstance(value, int)):
+                raise ValueError(f"masking={{{name!r}: {value!r}}} is a {type(value).__name__}; expected a "
+                                 f"{type(default).__name__} like the default {default!r}")
+        run = cls(**{**overrides, "seed": seed})
+        return replace(run, **FAST_MASKING) if fast else run
+
+    def rule(self) -> AblationRule:
+        return AblationRule.uniform(self.reference, self.positions)
+
+    def train_config(self) -> TrainConfig:
+        return TrainConfig(steps=self.steps, batch=self.batch, lr=self.lr, alpha=float(self.alpha), seed=self.seed,
+                           parametrisation=self.parametrisation)
+
+    def run(self, masked: MaskedModel, task_name: str, progress: bool = True):
+        """``masking_run`` with this configuration: (train, held_out, masks, history)."""
+        return masking_run(masked, task_name, self.n_prompts, self.rule(), self.train_config(), seed=self.seed,
+                           progress=progress)
 
 
 def masking_run(masked: MaskedModel, task_name: str, n_prompts: int, rule: AblationRule, config: TrainConfig,
@@ -52,38 +100,6 @@ def masking_run(masked: MaskedModel, task_name: str, n_prompts: int, rule: Ablat
     return train, held_out, masks, history
 
 
-def valid_positions(task: Task) -> torch.Tensor:
-    """[n, T] True up to each prompt's answer position (right padding excluded)."""
-    return torch.arange(task.clean.shape[1])[None] <= task.answer_pos[:, None]
-
-
-@dataclass
-class Prepared:
-    """Everything a step needs that does not depend on the masks."""
-
-    log_p_full: torch.Tensor  # [n, vocab]
-    references: list  # per layer, per kind: [n, T, ...], a broadcastable mean, or None
-
-
-def prepare(masked: MaskedModel, task: Task, rule: AblationRule) -> Prepared:
-    with torch.no_grad():
-        log_p = torch.log_softmax(masked.final_logits(task.clean, task.answer_pos).double(), -1).float()
-        refs = masked.references(rule, task.clean, task.corrupted, valid_positions(task))
-    return Prepared(log_p, refs)
-
-
-def _select(references: list, index: torch.Tensor) -> list:
-    """Rows of per-prompt references; dataset means and None pass through."""
-    return [{kind: (r[index] if r is not None and r.ndim >= 3 else r) for kind, r in layer.items()}
-            for layer in references]
-
-
-def kl_to_full(log_p_full: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
-    """[n] KL(p_full ‖ p_masked) in nats."""
-    log_q = torch.log_softmax(logits, -1)
-    return (log_p_full.exp() * (log_p_full - log_q)).sum(-1)
-
-
 def training_key(model, task: Task, rule: AblationRule, config: TrainConfig) -> str:
     settings = asdict(config)
     if settings["parametrisation"] == "sigmoid":  # masks saved before the field existed keep their key
@@ -91,6 +107,23 @@ def training_key(model, task: Task, rule: AblationRule, config: TrainConfig) -> 
     record = dict(format=MASK_FORMAT, model=model.record(), task=task.name, prompts=task.prompts, rule=rule.record(),
                   config=settings, torch_threads=torch.get_num_threads())  # results differ between thread counts
     return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def training_step(masked: MaskedModel, masks: DirectionMasks, rule: AblationRule, task: Task, prepared: Prepared,
+                  index: torch.Tensor, optimiser: torch.optim.Optimizer, config: TrainConfig):
+    """One step on the prompts ``index`` of ``task``: masked forward (logits at the answer positions only),
+    KL(full ‖ masked) + α Σ m, backward into the mask logits, gradient clipping, optimiser step.
+    Returns (kl, sparsity term, loss) as tensors."""
+    batch = task.subset(index)
+    logits = masked.masked_final_logits(masks, rule, batch.clean, batch.answer_pos, select_rows(prepared.references, index))
+    kl = kl_to_full(prepared.log_p_full[index], logits).mean()
+    total = masks.total()
+    loss = kl + config.alpha * total
+    optimiser.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(masks.parameters(), config.clip)
+    optimiser.step()
+    return kl, total, loss
 
 
 def train_masks(masked: MaskedModel, task: Task, rule: AblationRule, config: TrainConfig = TrainConfig(),
@@ -116,16 +149,7 @@ def train_masks(masked: MaskedModel, task: Task, rule: AblationRule, config: Tra
         steps = tqdm(steps, desc=f"training masks ({task.name})")
     for step in steps:
         index = torch.randperm(len(task), generator=generator)[: config.batch]
-        batch = task.subset(index)
-        logits = masked.masked_final_logits(masks, rule, batch.clean, batch.answer_pos,
-                                            _select(prepared.references, index))
-        kl = kl_to_full(prepared.log_p_full[index], logits).mean()
-        total = masks.total()
-        loss = kl + config.alpha * total
-        optimiser.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(masks.parameters(), config.clip)
-        optimiser.step()
+        kl, total, loss = training_step(masked, masks, rule, task, prepared, index, optimiser, config)
         if step % config.log_every == 0 or step == config.steps - 1:
             kept = masks.n_kept()
             history.append(dict(step=step, kl=kl.item(), mask_sum=total.item(), loss=loss.item(),
@@ -135,3 +159,18 @@ def train_masks(masked: MaskedModel, task: Task, rule: AblationRule, config: Tra
                    "record": dict(model=model.record(), task=task.name, rule=rule.record(), config=asdict(config),
                                   torch_threads=torch.get_num_threads())}, path)
     return masks, pd.DataFrame(history)
+
+
+def alpha_sweep(masked: MaskedModel, train: Task, evaluator: CircuitEvaluator, rule: AblationRule,
+                config: TrainConfig, alphas, control_seeds: int = 3, progress: bool = True):
+    """Train one set of masks per sparsity weight α (all else as ``config``) and evaluate the circuit each
+    training found (kept = its own masks, logit > 0) on the held-out prompts. Each α gives one point of
+    the faithfulness–sparsity frontier that needs no choice of threshold.
+    Returns (table sorted by α, {α: masks})."""
+    rows, trained = [], {}
+    for alpha in alphas:
+        masks, history = train_masks(masked, train, rule, replace(config, alpha=float(alpha)), progress=progress)
+        trained[float(alpha)] = masks
+        row = evaluate_circuit(evaluator, FixedMasks.binarised(masks), control_seeds)
+        rows.append(dict(alpha=float(alpha), train_kl=float(history["kl"].iloc[-1]), **row))
+    return pd.DataFrame(rows).sort_values("alpha", ignore_index=True), trained

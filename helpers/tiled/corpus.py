@@ -103,14 +103,6 @@ def corpus_paragraphs(corpus: str) -> list[str]:
     return paragraphs
 
 
-def right_padded(sequences: list[torch.Tensor]) -> torch.Tensor:
-    """[n, T_max] id tensor, each sequence left-aligned and followed by zeros (causal models never look ahead)."""
-    tokens = torch.zeros(len(sequences), max(len(s) for s in sequences), dtype=torch.long)
-    for row, s in enumerate(sequences):
-        tokens[row, : len(s)] = s
-    return tokens
-
-
 @dataclass
 class TokenSample:
     """A tokenised corpus and the token positions sampled from it."""

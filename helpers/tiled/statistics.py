@@ -21,9 +21,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from helpers.tiled.corpus import TokenSample, right_padded
+from helpers.core.tokens import right_padded
+from helpers.tiled.corpus import TokenSample
 from helpers.tiled.sites import Site, site_matrix
-from helpers.tiled.tiling import Mounts, canonical_signs, gated_up_matrix, ridge_map, tile_svd
+from helpers.core.linalg import canonical_signs
+from helpers.tiled.tiling import Mounts, gated_up_matrix, ridge_map, tile_svd
 
 EPS = 1e-12
 COVERAGE_BEST = 8

@@ -13,7 +13,7 @@ import pandas as pd
 import torch
 
 from helpers.core.logits import lens, logits_at
-from helpers.tiled.corpus import right_padded
+from helpers.core.tokens import right_padded
 from helpers.tiled.sites import Site, steer_hook
 from helpers.tiled.statistics import StreamPlan
 from helpers.tiled.verdicts import rule_c1

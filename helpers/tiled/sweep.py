@@ -79,6 +79,32 @@ def control_model(name: str, control: str, seed: int = 0, device: str = "cpu"):
     return model
 
 
+def control_sweeps(name: str, controls, sample, thresholds: dict, layers=None, n_texts: int = 16, seed: int = 0,
+                   device: str = "cpu", progress: bool = True) -> tuple[dict[str, Sweep], dict[str, float]]:
+    """The same sweep on each negative control of registry model ``name`` (loaded fresh, one at a time, so
+    only one copy is held). Returns ({control: Sweep}, {control: seconds})."""
+    import time
+
+    unknown = [c for c in controls if c not in CONTROLS]
+    if unknown:
+        raise ValueError(f"controls={list(controls)!r}: {unknown} not among {CONTROLS}")
+    sweeps, seconds = {}, {}
+    for control in controls:
+        start = time.time()
+        model = control_model(name, control, seed=seed, device=device)
+        sweeps[control] = sweep(model, sample, thresholds, layers=layers, n_texts=n_texts, seed=seed,
+                                progress=progress, label=control)
+        seconds[control] = time.time() - start
+        del model
+    return sweeps, seconds
+
+
+def pass_counts_table(sweeps: dict[str, Sweep]) -> pd.DataFrame:
+    """Site × label: "passed/total" of every sweep (real model and controls side by side)."""
+    return pd.DataFrame({label: {site: f"{c['passed']}/{c['total']}" for site, c in result.pass_counts().items()}
+                         for label, result in sweeps.items()})
+
+
 def pass_rates(sweeps: dict[str, Sweep]) -> pd.DataFrame:
     """Fraction of judged site-layers passing each check, per site and model/control (columns: labels)."""
     rows = []

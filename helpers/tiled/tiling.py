@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
+from helpers.core.linalg import canonical_signs
+
 
 @dataclass
 class Mounts:
@@ -130,10 +132,3 @@ def ridge_map(XtX: torch.Tensor, XtY: torch.Tensor, ridge: float = 1e-3) -> torc
     lam = ridge * float(XtX.diagonal().mean())
     R = torch.linalg.solve(XtX + lam * torch.eye(len(XtX), dtype=XtX.dtype), XtY.double())
     return R.T
-
-
-def canonical_signs(U: torch.Tensor) -> torch.Tensor:
-    """Largest-|·| entry of each column positive."""
-    sign = torch.sign(U.gather(0, U.abs().argmax(0, keepdim=True)))
-    sign[sign == 0] = 1
-    return U * sign

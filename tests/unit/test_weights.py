@@ -5,9 +5,9 @@ import torch
 from helpers.singular.identities import centred_if_processed
 from helpers.core.models import PROCESSINGS
 from helpers.core.weights import input_hook, layer_weights, unembedding
-from tests.conftest import EMBEDDED_MODELS, TINY_MODELS, cached_run
+from tests.conftest import TINY_MODELS, cached_run
 
-CASES = [(m, p) for m in TINY_MODELS for p in PROCESSINGS] + [(m, "fold_norm") for m in EMBEDDED_MODELS]
+CASES = [(m, p) for m in TINY_MODELS for p in PROCESSINGS]  # embedded models: tests/embedded
 
 
 def close(actual, expected, rtol=1e-4):

@@ -119,16 +119,6 @@ def test_tests_run_with_every_connection_refused():
             socket.create_connection(address, timeout=1)
 
 
-@pytest.mark.parametrize("name", ["smollm2-135m", "gemma-3-270m"])
-def test_embedded_models_load_offline_and_solve_a_simple_ioi_prompt(name, monkeypatch):
-    monkeypatch.delenv("HF_HUB_OFFLINE")  # the sockets alone keep it offline
-    model = load_model(name)
-    tokens = model.to_tokens("When Mary and John went to the store, John gave a drink to")
-    with torch.no_grad():
-        logits = model.bridge(tokens)[0, -1]
-    mary, john = (model.tokenizer(t, add_special_tokens=False)["input_ids"][0] for t in (" Mary", " John"))
-    assert logits[mary] > logits[john]
-    assert model.record()["weights_source"].startswith(MODELS[name].gguf_package)
 
 
 def test_a_model_of_any_published_shape_is_built_with_random_weights():

@@ -7,7 +7,7 @@ from helpers.singular.circuits import CircuitEvaluator
 from helpers.singular.heads import (HeadReading, _matched_controls, ablation_effects, attention_spectra, by_role,
                                 choose_case_study_head, subfunction_evidence)
 from helpers.singular.masks import AblationRule, FixedMasks, MaskedModel
-from helpers.singular.tasks import ioi_positions, ioi_task
+from helpers.singular.tasks import ioi_task
 from tests.conftest import cached_model
 
 

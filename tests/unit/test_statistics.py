@@ -10,7 +10,7 @@ from helpers.core.models import gpt2_tokenizer
 from helpers.tiled.statistics import (SiteStatistics, StreamPlan, _Stream, activation, best_direction_residuals,
                                      effective_matrix, gqa_average, orthonormal_basis)
 from helpers.tiled.sites import Site, all_sites
-from helpers.tiled.tiling import Mounts, random_directions, ridge_map, tile_svd, top_eigenvectors
+from helpers.tiled.tiling import Mounts, random_directions, ridge_map, top_eigenvectors
 from tests.conftest import cached_model
 
 

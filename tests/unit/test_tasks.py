@@ -7,8 +7,7 @@ import torch
 from helpers.core.models import gpt2_tokenizer
 from helpers.singular.tasks import (GREATER_THAN_TEMPLATE, answer_logits, gender_task, greater_than_task, ioi_positions, ioi_task,
                            logit_diff,
-                           make_task, probability_difference, single_token_words, with_first_digit,
-                           year_probabilities)
+                           make_task, probability_difference, single_token_words, with_first_digit)
 
 TOKENIZER = SimpleNamespace(tokenizer=gpt2_tokenizer())
 
@@ -79,25 +78,6 @@ def test_probability_difference_on_a_hand_made_distribution():
     assert float(probability_difference(probs, task)) == pytest.approx(0.6)
 
 
-@pytest.mark.slow
-def test_two_step_year_probabilities_for_digit_tokenizers_sum_to_one_over_years():
-    """A digit-level fake model: p(d1) and p(d2 | d1) known, so p(year) = p(d1) p(d2 | d1)."""
-    from transformers import AutoTokenizer
-
-    digit_tok = SimpleNamespace(tokenizer=AutoTokenizer.from_pretrained(str(_smollm2_tokenizer_dir())))
-    task = greater_than_task(digit_tok, 3, seed=0)
-    assert len(task.digit_tokens) == 10
-    vocab = len(digit_tok.tokenizer)
-    first = torch.softmax(torch.arange(10, dtype=torch.float64), 0)
-
-    def final_logits_of(digit):
-        logits = torch.full((len(task), vocab), -1e9)
-        logits[:, task.digit_tokens] = first.log().float()  # the same p(digit) at every step
-        return logits
-
-    probs = year_probabilities(final_logits_of, task)
-    assert float(probs.sum(-1).min()) == pytest.approx(1.0, abs=1e-5)
-    assert float(probs[0, 99]) == pytest.approx(float(first[9] ** 2), rel=1e-4)
 
 
 def test_with_first_digit_appends_the_digit_to_clean_and_corrupted_prompts_at_the_answer():
@@ -114,10 +94,6 @@ def test_with_first_digit_appends_the_digit_to_clean_and_corrupted_prompts_at_th
             assert tokens[i, :end].tolist() == original[i, :end].tolist()
 
 
-def _smollm2_tokenizer_dir():
-    from helpers.core.models import MODELS, converted_gguf_folder
-
-    return converted_gguf_folder(MODELS["smollm2-135m"])
 
 
 def test_greater_than_uses_the_papers_template():

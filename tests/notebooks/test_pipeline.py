@@ -7,7 +7,7 @@ import pytest
 
 from helpers.pipeline import PipelineError, load_runs, run_pipeline
 
-NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 
 
 def make_runs(tmp_path: Path, body: str) -> Path:
@@ -112,7 +112,7 @@ def test_a_failed_rerun_leaves_the_previous_result_whole_and_unlisted(tmp_path):
     run_pipeline(runs, log=print, **kwargs)
     folder = tmp_path / "figures" / "t"
     before = {p.name: p.read_bytes() for p in folder.iterdir()}
-    assert set(before) == {"a.png", "b.png", "summary.json"}
+    assert set(before) == {"a.png", "b.png", "summary.json", "notebook.ipynb"}
     runs.write_text(ONE_RUN.format('figures = ["a", "c"], fail = true'))
     with pytest.raises(PipelineError):
         run_pipeline(runs, log=print, **kwargs)
@@ -126,7 +126,7 @@ def test_a_rerun_removes_figures_the_run_no_longer_makes(tmp_path):
     run_pipeline(runs, log=print, **kwargs)
     runs.write_text(ONE_RUN.format('figures = ["a", "c"]'))
     manifest = run_pipeline(runs, log=print, **kwargs)
-    assert sorted(p.name for p in (tmp_path / "figures" / "t").iterdir()) == ["a.png", "c.png", "summary.json"]
+    assert sorted(p.name for p in (tmp_path / "figures" / "t").iterdir()) == ["a.png", "c.png", "notebook.ipynb", "summary.json"]
     assert manifest["runs"][0]["figures"] == ["a.png", "c.png"]
     assert manifest["runs"][0]["summary"]["torch_threads"] >= 1
 
@@ -256,3 +256,48 @@ def test_the_fingerprint_covers_imported_helpers_packages_and_upstream_results(t
     assert digest(env=changed) != second
     assert digest(env={**environment, "torch_threads": environment["torch_threads"] + 1}) != second
     assert digest(upstream="u2") != second
+
+
+def test_the_executed_notebook_beside_the_figures_is_readable_and_the_same_on_a_rerun(tmp_path):
+    """The copy a reader opens holds the figure and printed output, but no progress bars, no papermill
+    timings and no staging path, so two identical runs differ only in the wall times the notebook prints."""
+    runs = make_runs(tmp_path, '[[runs]]\nname = "nb01"\nnotebook = "01_augmented_matrices.ipynb"\n'
+                               'parameters = { model_name = "tiny-llama" }\n')
+    kwargs = dict(figures_dir=tmp_path / "figures", build_dir=tmp_path / "build", fast=True, log=print)
+    run_pipeline(runs, **kwargs)
+    path = tmp_path / "figures" / "nb01" / "notebook.ipynb"
+    text = path.read_text()
+    notebook = json.loads(text)
+    outputs = [o for c in notebook["cells"] if c["cell_type"] == "code" for o in c["outputs"]]
+    assert any("image/png" in o.get("data", {}) for o in outputs)  # the spectra figure, inline
+    assert any(o["output_type"] == "stream" and o["name"] == "stdout" for o in outputs)
+    assert "papermill" not in notebook["metadata"] and "widget-view" not in text
+    sources = "".join("".join(c["source"]) for c in notebook["cells"])
+    assert ".tmp-" not in text and str(tmp_path) not in text and 'out_dir = "figures/nb01"' in sources  # as committed
+    assert not any(o["output_type"] == "stream" and o["name"] == "stderr" and "it/s" in "".join(o["text"])
+                   for o in outputs)
+    run_pipeline(runs, force=True, **kwargs)
+    untimed = lambda s: [line for line in s.splitlines() if "seconds" not in line]  # noqa: E731
+    assert untimed(path.read_text()) == untimed(text)
+
+
+def test_summary_values_are_rounded_once_for_every_notebook():
+    import numpy as np
+    import pandas as pd
+    import torch
+
+    from helpers.pipeline import summary_value
+
+    table = pd.DataFrame({"kl": [0.123456789, float("nan")], "n": [1, 2]})
+    out = summary_value({"alpha": 1.95e-4, "tiny": 0.000123456, "kl": 0.2123456, "big": 12345.678912,
+                         "nan": float("nan"), "inf": float("inf"), "flag": np.bool_(True), "count": np.int64(3),
+                         "vector": torch.tensor([0.5, 0.1234567]), "table": table, 2.0: "key", "zero": 0.0})
+    assert out["alpha"] == 1.95e-4 and out["tiny"] == 0.0001235  # 4 significant digits below 1e-3
+    assert out["kl"] == 0.21235 and out["big"] == 12345.67891 and out["zero"] == 0.0  # 5 decimals
+    assert out["nan"] is None and out["inf"] is None
+    assert out["flag"] is True and out["count"] == 3 and type(out["count"]) is int
+    assert out["vector"] == [0.5, 0.12346]
+    assert out["table"] == [{"kl": 0.12346, "n": 1}, {"kl": None, "n": 2}]
+    assert out["2.0"] == "key"
+    with pytest.raises(TypeError, match="object"):
+        summary_value({"x": object()})

@@ -64,7 +64,8 @@ def test_point_at_kl_is_the_sparsest_circuit_under_the_threshold():
 
 
 def test_alpha_sweep_evaluates_the_circuit_each_training_found(tmp_path, monkeypatch):
-    from helpers.singular.circuits import CircuitEvaluator, alpha_sweep, evaluate_circuit
+    from helpers.singular.circuits import CircuitEvaluator, evaluate_circuit
+    from helpers.singular.training import alpha_sweep
     from helpers.singular.training import TrainConfig
     from helpers.singular.masks import AblationRule, FixedMasks, MaskedModel
     from helpers.singular.tasks import make_task

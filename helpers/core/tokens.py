@@ -1,0 +1,16 @@
+"""Batches of token sequences of different lengths, right-padded: causal models never look ahead, so what
+follows a sequence's last token changes nothing at or before it. The one padding rule of the package."""
+from __future__ import annotations
+
+import torch
+
+
+def right_padded(sequences, pad_id: int = 0) -> torch.Tensor:
+    """[n, T_max] ids: each sequence (a list or tensor of ids) left-aligned, followed by ``pad_id``."""
+    sequences = [torch.as_tensor(s, dtype=torch.long) for s in sequences]
+    if not sequences:
+        raise ValueError("right_padded needs at least one sequence")
+    tokens = torch.full((len(sequences), max(len(s) for s in sequences)), pad_id, dtype=torch.long)
+    for row, s in enumerate(sequences):
+        tokens[row, : len(s)] = s
+    return tokens
