@@ -296,7 +296,7 @@ def converted_gguf_folder(spec: ModelSpec) -> Path:
     print(f"converting {source.name} to float32 safetensors in {folder} (once; about a minute)", flush=True)
     tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
     model = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name, dtype=torch.float32)
-    # Strip the GGUF quantization markers (METHODS.md section 0): the weights are plain float32 now.
+    # Strip the GGUF quantization markers (docs/methods.md §0): the weights are plain float32 now.
     model.config.architectures = [type(model).__name__]
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config

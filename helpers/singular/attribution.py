@@ -7,7 +7,7 @@ from helpers.core.logits import token_columns
 from helpers.core.weights import layer_weights
 from helpers.singular.tasks import Task
 
-GPT2_IOI_HEADS = {  # Wang et al. 2023, METHODS.md section 1.4: (layer, head) -> class
+GPT2_IOI_HEADS = {  # Wang et al. 2023, docs/methods.md §1.4: (layer, head) -> class
     **{h: "name mover" for h in [(9, 6), (9, 9), (10, 0)]},
     **{h: "backup name mover" for h in [(9, 0), (9, 7), (10, 1), (10, 2), (10, 6), (10, 10), (11, 2), (11, 9)]},
     **{h: "negative name mover" for h in [(10, 7), (11, 10)]},

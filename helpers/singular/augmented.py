@@ -1,4 +1,4 @@
-"""Augmented matrices (biases folded in, METHODS.md section 1.1) and their SVDs, computed from factors.
+"""Augmented matrices (biases folded in, docs/methods.md §1.1) and their SVDs, computed from factors.
 
 Homogeneous input x̃ = [1, x]. Per head h: W̃_QK = [b_Q; W_Q] [b_K; W_K]ᵀ (so x̃_iᵀ W̃_QK x̃_j = q_i · k_j with
 q, k the raw, pre-norm, pre-rotation projections) and W̃_OV = [b_V W_O + b_O/H ; W_V W_O] (so c̃ W̃_OV is the
@@ -196,7 +196,7 @@ def spectra_frame(svds: list[dict[str, SVD]], layers=None):
 
 
 def qk_semantics(model) -> str:
-    """What the QK singular directions mean for this architecture (METHODS.md section 1.1)."""
+    """What the QK singular directions mean for this architecture (docs/methods.md §1.1)."""
     config = model.config
     if not model.arch.rope:
         return "GPT-2: the attention score is exactly x̃_iᵀ W̃_QK x̃_j / √d_head; QK directions are directions of the score."

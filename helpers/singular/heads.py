@@ -1,4 +1,4 @@
-"""Reading one attention head through its singular directions on a task (METHODS.md section 1.5).
+"""Reading one attention head through its singular directions on a task (docs/methods.md §1.5).
 
 For OV direction k of head h the coefficient at the answer position i is
 a_k = σ_k (c̃·u_k) with c̃ = [1, Σ_j A_ij x_j], so it splits exactly into one term per source position,
@@ -30,7 +30,7 @@ def attention_spectra(model) -> dict[str, torch.Tensor]:
 
 
 def choose_case_study_head(attribution: torch.Tensor, mass: torch.Tensor, n_candidates: int = 5) -> tuple[tuple[int, int], pd.DataFrame]:
-    """The stated criterion of METHODS.md section 1.5: among the ``n_candidates`` heads with the largest
+    """The stated criterion of docs/methods.md §1.5: among the ``n_candidates`` heads with the largest
     positive direct logit attribution to IO − S (heads that move the IO name to the logits), the one with
     the highest mask mass. Returns ((layer, head), the candidate table)."""
     attribution, mass = torch.as_tensor(attribution), torch.as_tensor(mass)

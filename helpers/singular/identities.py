@@ -1,4 +1,4 @@
-"""The identities of METHODS.md section 1.1 checked against the model's own hook values."""
+"""The identities of docs/methods.md §1.1 checked against the model's own hook values."""
 from __future__ import annotations
 
 import torch

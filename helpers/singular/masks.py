@@ -1,4 +1,4 @@
-"""Masks over singular directions, applied as maps on existing hook points (METHODS.md section 1.2).
+"""Masks over singular directions, applied as maps on existing hook points (docs/methods.md §1.2).
 
 Every mask acts on the *coefficients* of an activation along the write directions of its augmented
 matrix: a_k ← m_k a_k + (1 − m_k) a_k^ref, one rule for every matrix type, with

@@ -1,4 +1,4 @@
-"""Logit receptors (METHODS.md section 1.5): OV write directions whose logit footprint is fixed by the
+"""Logit receptors (docs/methods.md §1.5): OV write directions whose logit footprint is fixed by the
 weights and whose coefficient, set by the head, differs between two classes of prompts.
 
 Head h writes Σ_k a_k v_k with a_k its coefficient along write direction v_k (``MaskedModel`` units: a_k

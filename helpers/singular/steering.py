@@ -1,4 +1,4 @@
-"""Steering through logit receptors (METHODS.md section 1.5) and its equal-norm random control.
+"""Steering through logit receptors (docs/methods.md §1.5) and its equal-norm random control.
 
 Receptor intervention: for each receptor k, set its coefficient to the other class's mean, i.e. add
 s · (ā_other − a_k) v_k, at the answer position, either

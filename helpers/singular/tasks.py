@@ -1,4 +1,4 @@
-"""Paper 1's tasks as seeded generators (METHODS.md section 1.4): IOI, gender pronoun, greater-than.
+"""Paper 1's tasks as seeded generators (docs/methods.md §1.4): IOI, gender pronoun, greater-than.
 
 A ``Task`` holds clean and corrupted prompts as right-padded token tensors (causal models never look
 ahead, so padding after the answer position changes nothing), the answer position of each prompt, the

@@ -1,4 +1,4 @@
-"""Learning direction masks: KL(full ‖ masked) at the answer position + α Σ m (METHODS.md section 1.3).
+"""Learning direction masks: KL(full ‖ masked) at the answer position + α Σ m (docs/methods.md §1.3).
 
 One AdamW optimiser for the whole run. The full model's answer distributions and every reference the
 ablation rule needs are computed once for the training prompts, before the first step; each step is

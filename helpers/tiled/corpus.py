@@ -1,4 +1,4 @@
-"""Text for paper 2's checks (METHODS.md section 2.3), and the seeded token sample every site shares.
+"""Text for paper 2's checks (docs/methods.md §2.3), and the seeded token sample every site shares.
 
 Corpora, by name:
 

@@ -1,4 +1,4 @@
-"""Paper 2's sites: the seven linear maps of every layer (METHODS.md section 2.1), for every architecture.
+"""Paper 2's sites: the seven linear maps of every layer (docs/methods.md §2.1), for every architecture.
 
 A site is one map y = W x (+ b) with W [d_out, d_in] (the ``nn.Linear`` convention; paper 2 tiles the
 columns, i.e. the input dimensions). Its output ΔH is read at the bridge's hook after the map: for the

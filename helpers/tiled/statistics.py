@@ -1,4 +1,4 @@
-"""One pass over the corpus for every site and layer (METHODS.md section 3): streamed sufficient statistics.
+"""One pass over the corpus for every site and layer (docs/methods.md §3): streamed sufficient statistics.
 
 The sampled tokens are split in two halves by sequence (``TokenSample.halves``). The pass runs the fit
 half first, then the score half; each sequence is run once.

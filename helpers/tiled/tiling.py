@@ -1,4 +1,4 @@
-"""Mounts and their baselines (METHODS.md sections 2.1, 2.2): sets of unit write directions of one site.
+"""Mounts and their baselines (docs/methods.md §2.1, §2.2): sets of unit write directions of one site.
 
 A mount is (v = trigger on a column tile, u = unit write direction, σ) from the SVD of a column tile
 B_t = W[:, tile] of W [d_out, d_in]. Baselines at matched count n: whole-matrix SVD, column sampling ∝
