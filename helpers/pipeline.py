@@ -2,9 +2,10 @@
 
     python -m helpers.pipeline [--fast] [--force] [--only NAME ...]
 
-Each run writes its figures and ``summary.json`` to ``figures/<run name>/`` and its executed notebook to
-``build/notebooks/`` (git-ignored). ``figures/manifest.json`` records parameters, package versions, model,
-wall time and each run's summary.
+Each run writes its figures, ``summary.json`` and a readable copy of its executed notebook
+(``notebook.ipynb``: outputs and figures, without progress bars, timings or machine paths) to
+``figures/<run name>/``; papermill's raw executed copy stays in ``build/notebooks/`` (git-ignored).
+``figures/manifest.json`` records parameters, package versions, model, wall time and each run's summary.
 
 A run is reused only when nothing it depends on changed since it last finished: its notebook and
 parameters, the source of every ``helpers`` module the notebook imports (transitively), the files it
