@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from helpers.tiled.sites import PAPER_WIDTHS, Site, site_matrix
 from helpers.tiled.statistics import EFFECTIVE, StreamPlan
-from helpers.tiled.tiling import column_sampling, random_directions, random_partition_svd, tile_svd, whole_svd
+from helpers.tiled.tiling import TileSpec, random_directions, random_partition_svd, weight_sets
 
 
 def build_plans(model, sites: list[Site], thresholds: dict, widths: dict = PAPER_WIDTHS, k: int = 2,
@@ -20,16 +20,15 @@ def build_plans(model, sites: list[Site], thresholds: dict, widths: dict = PAPER
     for site in sites:
         W = site_matrix(model, site)
         width = widths[site.name]
-        tiles = tile_svd(W, width, max(k, *ks))  # every k below is a slice of these
-        tile = tiles.per_tile(k)
-        n = len(tile)
-        sets = dict(tile=tile, whole=whole_svd(W, n), columns=column_sampling(W, n, seed),
-                    random=random_directions(W.shape[0], n, seed + 1), random_partition=random_partition_svd(W, width, k, seed))
-        coverage = {}
+        spec = TileSpec(width, k, seed, tuple(ks))
+        sets, tiles = weight_sets(W, spec)
+        n = len(sets["tile"])
+        sets.update(random=random_directions(W.shape[0], n, seed + 1),
+                    random_partition=random_partition_svd(W, width, k, seed))
+        coverage = {}  # tile and random sets side by side per k (the statistics' summation order follows it)
         for kk in ks:
-            mounts = tiles.per_tile(kk)
-            coverage[f"tile_k{kk}"] = mounts
-            coverage[f"random_k{kk}"] = random_directions(W.shape[0], len(mounts), seed + 100 + kk)
+            coverage[f"tile_k{kk}"] = tiles[f"tile_k{kk}"]
+            coverage[f"random_k{kk}"] = random_directions(W.shape[0], len(tiles[f"tile_k{kk}"]), seed + 100 + kk)
         plans.append(StreamPlan(site, site.name, sets, coverage, pca_count=n, best=thresholds["B"]["best_directions"]))
         if effective and site.name in EFFECTIVE and (site.name != "mlp.up" or model.arch.gated_mlp):
             # mlp.up's effective path weights the up map by the gate: GPT-2's MLP has no gate
@@ -37,6 +36,6 @@ def build_plans(model, sites: list[Site], thresholds: dict, widths: dict = PAPER
             random_cov = {f"random_k{kk}": random_directions(d_eff, len(coverage[f"tile_k{kk}"]), seed + 100 + kk)
                           for kk in ks}
             plans.append(StreamPlan(site, EFFECTIVE[site.name], {"random": random_directions(d_eff, n, seed + 1)},
-                                    random_cov, effective=dict(width=width, k=k, seed=seed, coverage_ks=ks),
+                                    random_cov, effective=spec,
                                     best=thresholds["B"]["best_directions"]))
     return plans

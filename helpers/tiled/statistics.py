@@ -25,7 +25,7 @@ from helpers.core.tokens import right_padded
 from helpers.tiled.corpus import TokenSample
 from helpers.tiled.sites import Site, site_matrix
 from helpers.core.linalg import canonical_signs
-from helpers.tiled.tiling import Mounts, gated_up_matrix, ridge_map, tile_svd
+from helpers.tiled.tiling import Mounts, TileSpec, gated_up_matrix, ridge_map, weight_sets
 
 EPS = 1e-12
 COVERAGE_BEST = 8
@@ -42,7 +42,7 @@ class StreamPlan:
     coverage_sets: dict[str, Mounts] = field(default_factory=dict)
     pca_count: int = 0  # PCA directions fitted on the fit half (0: none)
     sketch_width: int = 0
-    effective: dict | None = None  # effective streams: {"width", "k", "seed", "coverage_ks"} for their mounts
+    effective: TileSpec | None = None  # effective streams: how their mounts are built after the fit half
     best: int = COVERAGE_BEST  # coverage: least squares on each token's ``best`` best-aligned directions
 
     @property
@@ -252,16 +252,9 @@ def effective_sets(model, plan: StreamPlan, fits: dict) -> None:
     """Add an effective stream's weight-based sets, built from its effective matrix after the fit half with
     the same tiling rules as the plain site: tile, whole-matrix SVD, column sampling, and the tile mounts
     at every coverage k."""
-    from helpers.tiled.tiling import column_sampling, whole_svd
-
-    W = effective_matrix(model, plan, fits)
-    spec = plan.effective
-    ks = spec.get("coverage_ks", ())
-    tiles = tile_svd(W, spec["width"], max([spec["k"], *ks]))
-    tile = tiles.per_tile(spec["k"])
-    plan.sets.update(tile=tile, whole=whole_svd(W, len(tile)), columns=column_sampling(W, len(tile), spec["seed"]))
-    for k in ks:
-        plan.coverage_sets[f"tile_k{k}"] = tiles.per_tile(k)
+    sets, coverage = weight_sets(effective_matrix(model, plan, fits), plan.effective)
+    plan.sets.update(sets)
+    plan.coverage_sets.update(coverage)
 
 
 def _stream_width(model, plan: StreamPlan) -> int:

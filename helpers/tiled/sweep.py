@@ -12,7 +12,7 @@ from helpers.tiled.plans import build_plans
 from helpers.tiled.sites import PAPER_WIDTHS, RESIDUAL_SITES, all_sites, site_matrix
 from helpers.tiled.statistics import SiteStatistics, StreamPlan
 from helpers.tiled.steer import check_c, steer_texts
-from helpers.tiled.tiling import frobenius_coverage, random_directions, random_partition_svd, tile_svd
+from helpers.tiled.tiling import TileSpec, frobenius_coverage, random_directions, random_partition_svd, weight_sets
 from helpers.tiled.verdicts import check_a, check_b
 
 
@@ -143,12 +143,12 @@ def coverage_sweep(model, sample, layers, widths=(64, 128, 256, 512, 1024), ks=(
             entries.append(("k", k, PAPER_WIDTHS[site.name], k))
         for w in sorted({w for w in widths if w < W.shape[1]} | {W.shape[1]}):  # d_in: the whole matrix as one tile
             entries.append(("width", w, w, k_width))
-        by_width = {}
+        tiles = {}  # width -> the tile mounts at every k, from the one builder of direction sets
         for variable, value, width, k in entries:
             key = f"{variable}{value}"
-            if width not in by_width:
-                by_width[width] = tile_svd(W, width, max(max(ks), k_width))
-            tile = by_width[width].per_tile(k)
+            if width not in tiles:
+                tiles[width] = weight_sets(W, TileSpec(width, k_width, seed, tuple(sorted({*ks, k_width}))))[1]
+            tile = tiles[width][f"tile_k{k}"]
             coverage[f"tile_{key}"] = tile
             coverage[f"partition_{key}"] = random_partition_svd(W, width, k, seed)
             coverage[f"random_{key}"] = random_directions(W.shape[0], len(tile), seed + 7)

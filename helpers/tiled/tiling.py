@@ -132,3 +132,25 @@ def ridge_map(XtX: torch.Tensor, XtY: torch.Tensor, ridge: float = 1e-3) -> torc
     lam = ridge * float(XtX.diagonal().mean())
     R = torch.linalg.solve(XtX + lam * torch.eye(len(XtX), dtype=XtX.dtype), XtY.double())
     return R.T
+
+
+@dataclass(frozen=True)
+class TileSpec:
+    """How one matrix's weight-based direction sets are built: tiles of ``width`` columns, ``k`` modes per
+    tile for the sets of check A, the tile mounts at every k of ``coverage_ks`` for check B, and the seed of
+    column sampling."""
+
+    width: int
+    k: int
+    seed: int
+    coverage_ks: tuple[int, ...] = ()
+
+
+def weight_sets(W: torch.Tensor, spec: TileSpec) -> tuple[dict[str, Mounts], dict[str, Mounts]]:
+    """The one builder of tile mounts and their weight baselines at a matched count n = k × tiles:
+    ({"tile", "whole", "columns"}, {"tile_k<k>" for k in coverage_ks}). One tiled SVD serves every k."""
+    tiles = tile_svd(W, spec.width, max((spec.k, *spec.coverage_ks)))
+    tile = tiles.per_tile(spec.k)
+    sets = dict(tile=tile, whole=whole_svd(W, len(tile)), columns=column_sampling(W, len(tile), spec.seed))
+    return sets, {f"tile_k{k}": tiles.per_tile(k) for k in spec.coverage_ks}
+

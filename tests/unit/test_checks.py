@@ -15,7 +15,7 @@ from helpers.tiled.corpus import sample_tokens
 from helpers.core.models import gpt2_tokenizer, load_model
 from helpers.tiled.statistics import StreamPlan
 from helpers.tiled.sites import Site, permute_site_columns
-from helpers.tiled.tiling import Mounts, random_directions
+from helpers.tiled.tiling import Mounts, TileSpec, random_directions
 from tests.conftest import cached_model
 
 T = load_thresholds()
@@ -36,7 +36,7 @@ def fake_stats(site, f_means, effective=False, coverage=None):
     """Statistics whose per-set mean f is given (each set has 2 directions)."""
     sets = {name: Mounts(torch.eye(4, dtype=torch.float64)[:, :2], torch.ones(2), torch.zeros(2)) for name in f_means}
     plan = StreamPlan(site, site.name + ("~eff" if effective else ""), sets,
-                      effective=dict(width=2, k=2, seed=0) if effective else None)
+                      effective=TileSpec(width=2, k=2, seed=0) if effective else None)
     results = {plan.name: dict(f={k: torch.full((2,), v, dtype=torch.float64) for k, v in f_means.items()},
                                span={k: v for k, v in f_means.items()}, coverage=coverage or {},
                                tokens=dict(fit=10, score=10))}

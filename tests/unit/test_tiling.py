@@ -81,3 +81,16 @@ def test_whole_svd_through_the_gram_matrix_matches_torch_svd(shape):
     whole = whole_svd(W, 5)
     torch.testing.assert_close(whole.S, S[:5])
     torch.testing.assert_close((whole.U.T @ U[:, :5]).abs(), torch.eye(5, dtype=torch.float64), atol=1e-8, rtol=0)
+
+
+def test_weight_sets_build_every_set_from_one_tiled_svd_at_a_matched_count():
+    from helpers.tiled.tiling import TileSpec, column_sampling, tile_svd, weight_sets, whole_svd
+
+    W = torch.randn(12, 40, generator=torch.Generator().manual_seed(0))
+    sets, coverage = weight_sets(W, TileSpec(width=16, k=2, seed=3, coverage_ks=(1, 4)))
+    tiles = tile_svd(W, 16, 2)  # 3 tiles (16, 16, 8 columns)
+    assert len(sets["tile"]) == 6 and torch.equal(sets["tile"].U, tiles.U)
+    assert torch.equal(sets["whole"].U, whole_svd(W, 6).U)  # the same count n = k × tiles
+    assert torch.equal(sets["columns"].U, column_sampling(W, 6, 3).U)
+    assert sorted(coverage) == ["tile_k1", "tile_k4"]
+    assert torch.equal(coverage["tile_k4"].U, tile_svd(W, 16, 4).U) and len(coverage["tile_k1"]) == 3
