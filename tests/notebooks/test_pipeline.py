@@ -301,3 +301,11 @@ def test_summary_values_are_rounded_once_for_every_notebook():
     assert out["2.0"] == "key"
     with pytest.raises(TypeError, match="object"):
         summary_value({"x": object()})
+
+
+def test_the_source_notebooks_hold_no_outputs():
+    """Outputs belong to the executed copies in figures/<run>/; the sources stay clean for diffs."""
+    for path in sorted(NOTEBOOKS.glob("*.ipynb")):
+        cells = json.loads(path.read_text())["cells"]
+        dirty = [i for i, c in enumerate(cells) if c["cell_type"] == "code" and (c["outputs"] or c["execution_count"])]
+        assert not dirty, f"{path.name}: cells {dirty} hold outputs; clear them (the pipeline writes executed copies)"
