@@ -166,3 +166,20 @@ def test_sweep_runs_every_check_and_a_negative_control_through_the_same_code(tmp
         assert result.c["C1"].isna().all()  # layers below min_layer are not judged
     assert not real.a["lift_tile"].equals(control.a["lift_tile"])
     assert control.record["label"] == "permuted"
+
+
+def test_control_sweeps_run_each_control_fresh_through_the_same_sweep(tmp_path, monkeypatch):
+    """The control loop of notebook 04: each control loaded fresh and swept like the real model."""
+    from helpers.tiled.sweep import control_model, control_sweeps, pass_counts_table
+
+    monkeypatch.setenv("SVDIRS_CACHE", str(tmp_path))
+    sample = sample_tokens(gpt2_tokenizer(), n_tokens=120, max_tokens=16, tokenizer_name="gpt2")
+    quick = {**T, "C": {**T["C"], "bootstrap": 3, "dose_alphas": [2.0]}}
+    sweeps, seconds = control_sweeps("tiny-gemma3", ["permuted", "random-init"], sample, quick, layers=[1],
+                                     n_texts=2, progress=False)
+    assert list(sweeps) == ["permuted", "random-init"] and set(seconds) == set(sweeps)
+    by_hand = sweep(control_model("tiny-gemma3", "permuted"), sample, quick, layers=[1], n_texts=2, progress=False)
+    pd.testing.assert_frame_equal(sweeps["permuted"].a, by_hand.a)
+    assert not sweeps["permuted"].a["lift_tile"].equals(sweeps["random-init"].a["lift_tile"])
+    table = pass_counts_table({"model": by_hand, **sweeps})
+    assert list(table.columns) == ["model", "permuted", "random-init"] and table.loc["attn.o", "model"].endswith("/1")
