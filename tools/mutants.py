@@ -45,6 +45,15 @@ MUTANTS = [  # (file, original text, mutated text, tests to run, what the mutant
  ("helpers/singular/tasks.py", "        corrupt.append(template.format(NAME=other))", "        corrupt.append(template.format(NAME=name))", "tests/unit/test_tasks.py", "gender corruption keeps the name"),
  ("helpers/singular/augmented.py", "Uc, S, Vch = torch.linalg.svd(Ra @ Rb.transpose(-1, -2), full_matrices=False)", "Uc, S, Vch = torch.linalg.svd(Ra @ Rb.transpose(-1, -2))", "tests/unit/test_augmented.py", "square-core SVD (wide factors crash)"),
  ("helpers/pipeline.py", "    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))", "    pass", "tests/notebooks/test_pipeline.py", "SIGTERM kills without clean-up (staging folder left)"),
+ ("helpers/singular/circuits.py", 'return partial.sort_values("kl", kind="stable").iloc[0].to_dict()', 'return partial.sort_values("kl", kind="stable").iloc[-1].to_dict()', "tests/unit/test_selection_rules.py", "fallback circuit: the highest KL instead of the lowest"),
+ ("helpers/singular/circuits.py", "    return inside, float(mass[~boxed].mean())", "    return inside, float(mass.mean())", "tests/unit/test_selection_rules.py", "other heads' mass includes the boxed heads"),
+ ("helpers/singular/heads.py", "    if given is not None:\n        try:", "    if given is not None and False:\n        try:", "tests/unit/test_selection_rules.py", "the head parameter ignored"),
+ ("helpers/singular/receptors.py", "    coefficients, footprint, is_a = measured(score)", "    coefficients, footprint, is_a = measured(fit)", "tests/unit/test_selection_rules.py", "receptors rescored on the prompts they were found on"),
+ ("helpers/pipeline.py", "return round(value, 5) if abs(value) >= 1e-3", "return round(value, 4) if abs(value) >= 1e-3", "tests/notebooks/test_pipeline.py", "summaries rounded to 4 decimals"),
+ ("helpers/pipeline.py", "        text = text.replace(json.dumps(old)[1:-1], json.dumps(new)[1:-1])", "        pass", "tests/notebooks/test_pipeline.py", "executed copy keeps the staging path"),
+ ("helpers/core/architectures.py", 'Architecture("gemma3_text", "rms", True,', 'Architecture("gemma3_text", "rms", False,', "tests/unit/test_weights.py", "Gemma-3's norm gain read as w, not 1 + w"),
+ ("helpers/core/logits.py", "    if model.arch.centred if centre is None else centre:\n        u = u - u.mean(-1, keepdim=True)", "    if False:\n        u = u - u.mean(-1, keepdim=True)", "tests/unit/test_readout.py tests/unit/test_receptors.py tests/unit/test_checks.py", "lens never centres (LayerNorm models)"),
+ ("helpers/tiled/tiling.py", "    tiles = tile_svd(W, spec.width, max((spec.k, *spec.coverage_ks)))\n    tile = tiles.per_tile(spec.k)", "    tiles = tile_svd(W, spec.width, max((spec.k, *spec.coverage_ks)))\n    tile = tiles.per_tile(1)", "tests/unit/test_tiling.py", "tile set built at k = 1, not the spec's k"),
 ]
 
 
