@@ -34,11 +34,11 @@ def test_the_circuit_drawn_is_the_sparsest_at_the_kl_or_else_the_lowest_kl_short
 
 
 def test_boxed_mass_separates_the_boxed_heads_from_all_the_others():
-    mass = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    mass = torch.tensor([[1.0, 2.0, 9.0], [4.0, 5.0, 6.0]])
     inside, outside = boxed_mass(mass, [(0, 2), (1, 0)])
-    assert inside == pytest.approx(3.5) and outside == pytest.approx((1 + 2 + 5 + 6) / 4)
+    assert inside == pytest.approx(6.5) and outside == pytest.approx((1 + 2 + 5 + 6) / 4)  # not the mean of all (4.5)
     inside, outside = boxed_mass(mass, [])
-    assert inside != inside and outside == pytest.approx(3.5)  # NaN: nothing boxed
+    assert inside != inside and outside == pytest.approx(4.5)  # NaN: nothing boxed
 
 
 def test_boxed_heads_are_wang_et_al_for_gpt2_and_the_top_attributions_otherwise():
