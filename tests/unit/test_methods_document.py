@@ -37,3 +37,10 @@ def test_nothing_in_the_repository_points_outside_it_for_the_methods():
                 and name.endswith((".py", ".ipynb", ".md", ".toml"))
                 and re.search(r"(?<!docs/)METHODS\.md|\.\./shared", (ROOT / name).read_text())]
     assert pointing == []
+
+
+def test_every_relative_link_in_the_readme_names_a_file_in_the_repository():
+    text = (ROOT / "README.md").read_text()
+    links = re.findall(r"\]\(([^)#:]+)\)", text)
+    assert "docs/methods.md" in links
+    assert [link for link in links if not (ROOT / link).exists()] == []
