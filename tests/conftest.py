@@ -27,6 +27,14 @@ def cached_run(name: str, processing: str):
     return model, tokens, logits, cache
 
 
+def final_residual(model, task) -> torch.Tensor:
+    """[n, d] float64: the residual stream entering the final norm at each prompt's answer position."""
+    last = f"blocks.{model.n_layers - 1}.hook_resid_post"
+    with torch.no_grad():
+        _, cache = model.bridge.run_with_cache(task.clean, names_filter=[last])
+    return cache[last][torch.arange(len(task)), task.answer_pos].double()
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if any(name in item.name for name in EMBEDDED_MODELS):

@@ -8,7 +8,7 @@ from helpers.singular.masks import MaskedModel
 from helpers.singular.receptors import final_norm_scale
 from helpers.singular.steering import DIRECT_HOOK, steered_final_logits
 from helpers.singular.tasks import gender_task
-from tests.conftest import cached_model
+from tests.conftest import cached_model, final_residual
 
 
 @pytest.mark.parametrize("name", ["tiny-gpt2", "tiny-llama", "tiny-gemma3"])
@@ -18,11 +18,7 @@ def test_the_lens_is_the_first_order_change_of_every_logit_through_the_final_nor
     model = cached_model(name, "fold_norm")
     masked = MaskedModel(model)
     task = gender_task(model, 3, seed=0)
-    rows = torch.arange(len(task))
-    last = f"blocks.{model.n_layers - 1}.hook_resid_post"
-    with torch.no_grad():
-        _, cache = model.bridge.run_with_cache(task.clean, names_filter=[last])
-    resid = cache[last][rows, task.answer_pos].double()
+    resid = final_residual(model, task)
     residual = resid - resid.mean(-1, keepdim=True) if model.arch.centred else resid
     residual = residual / residual.norm(dim=-1, keepdim=True)
     x = torch.randn(len(task), model.d_model, generator=torch.Generator().manual_seed(1), dtype=torch.float64) + 0.5

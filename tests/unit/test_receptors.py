@@ -10,7 +10,7 @@ from helpers.singular.receptors import (answer_ov_coefficients, contrast_vector,
 from helpers.singular.steering import DIRECT_HOOK, steered_final_logits
 from helpers.singular.tasks import gender_task, ioi_task
 from helpers.core.weights import layer_weights
-from tests.conftest import cached_model
+from tests.conftest import cached_model, final_residual
 
 
 def planted(n=200, seed=0):
@@ -118,11 +118,7 @@ def test_footprint_over_the_final_norm_scale_is_the_first_order_logit_change(nam
     model = cached_model(name, "fold_norm")
     masked = MaskedModel(model)
     task = gender_task(model, 4, seed=0)
-    rows = torch.arange(len(task))
-    last = f"blocks.{model.n_layers - 1}.hook_resid_post"
-    with torch.no_grad():
-        _, cache = model.bridge.run_with_cache(task.clean, names_filter=[last])
-    resid = cache[last][rows, task.answer_pos].double()
+    resid = final_residual(model, task)
     x = torch.randn(len(task), model.d_model, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     basis = [resid] if model.architecture != "gpt2" else [torch.ones_like(resid), resid - resid.mean(-1, keepdim=True)]
     for b in basis:
