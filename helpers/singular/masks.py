@@ -189,6 +189,16 @@ class FixedMasks:
         """Kept = eval-mode mask value > ``threshold``; at 0.5 this is the trained masks' own circuit."""
         return cls({name: (v > threshold).float() for name, v in masks.eval_values().items()})
 
+    @classmethod
+    def at_least(cls, masks: DirectionMasks, threshold: float) -> "FixedMasks":
+        """Kept = eval-mode mask value ≥ ``threshold`` (paper 1's "active" rule, at 1e-3)."""
+        return cls({name: (v >= threshold).float() for name, v in masks.eval_values().items()})
+
+    @classmethod
+    def soft(cls, masks: DirectionMasks) -> "FixedMasks":
+        """The trained masks' own eval-mode values, not binarised (paper 1 evaluates these)."""
+        return cls(masks.eval_values())
+
 
 class MaskedModel:
     """Runs a loaded model with direction masks applied through hooks."""

@@ -1,0 +1,92 @@
+"""Paper 1's reproduction ledger: the released recipe beside ours on the same held-out prompts, with the
+gap between them taken one factor at a time (docs/methods.md §1.6).
+
+The rows, each changing one factor from the row above:
+
+1. ``paper``: the released recipe (sigmoid masks, the mixed ablation rule), evaluated as the released
+   code does it: the soft masks stay on, a direction is kept when m ≥ 1e-3, and the KL is the
+   soft-masked model's;
+2. ``binarised``: the same masks, kept directions at 1 and all others at 0;
+3. ``hard_concrete``: masks trained with hard-concrete gates and our optimiser settings, still under the
+   paper's rule, evaluated at their own binarisation (logit > 0);
+4. ``ours``: the same training under our rule (corrupted prompt at every position, for every kind):
+   notebook 02's run.
+
+Every row is scored on the held-out prompts and has a control: binary random masks keeping the same
+number of directions in every (layer, kind) block, under that row's rule.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from helpers.singular.circuits import CircuitEvaluator, random_like
+from helpers.singular.masks import DirectionMasks, FixedMasks
+
+PAPER_KEPT = 1e-3
+"""Paper 1 counts a direction as kept ("active") when its mask m = sigmoid(logit) is at least this."""
+
+STEPS = (
+    ("paper", "the paper's recipe as released: soft masks, kept = m ≥ 1e-3"),
+    ("binarised", "the same masks binarised (kept = m ≥ 1e-3)"),
+    ("hard_concrete", "hard-concrete training, our optimiser settings, still the paper's rule"),
+    ("ours", "our rule (corrupted prompt at all positions): notebook 02's run"),
+)
+
+
+def relative_sparsity(kept: int, total: int) -> float:
+    """Paper 1's "relative sparsity": 1 − kept / (all directions of the augmented matrices)."""
+    if not 0 <= kept <= total or total <= 0:
+        raise ValueError(f"kept={kept} directions out of total={total}: need 0 ≤ kept ≤ total and total > 0")
+    return 1.0 - kept / total
+
+
+def ledger_row(evaluator: CircuitEvaluator, evaluated, kept: FixedMasks, control_seeds: int = 3) -> dict:
+    """Scores of the masks ``evaluated`` (soft or binary) on the evaluator's prompts, the number of
+    directions ``kept`` counts, and the mean of ``control_seeds`` random binary circuits of that count."""
+    n_kept = int(sum(float(v.sum()) for v in kept.blocks.values()))
+    total = kept.count()
+    scores = evaluator.evaluate(evaluated)
+    controls = [evaluator.evaluate(random_like(kept, seed)) for seed in range(control_seeds)]
+    return dict(rule=evaluator.rule.name, kept=n_kept, kept_percent=100.0 * n_kept / total,
+                relative_sparsity=relative_sparsity(n_kept, total), **scores,
+                random_kl=float(np.mean([c["kl"] for c in controls])),
+                random_metric=float(np.mean([c["metric"] for c in controls])),
+                random_accuracy=float(np.mean([c["accuracy"] for c in controls])))
+
+
+def factor_table(paper_evaluator: CircuitEvaluator, our_evaluator: CircuitEvaluator, paper_masks: DirectionMasks,
+                 hard_concrete_paper_masks: DirectionMasks, our_masks: DirectionMasks,
+                 control_seeds: int = 3) -> pd.DataFrame:
+    """The four rows of the ledger (``STEPS``), in order. The two evaluators hold the same held-out prompts,
+    under the paper's rule and under ours."""
+    if paper_evaluator.task.prompts != our_evaluator.task.prompts:
+        raise ValueError("the two evaluators hold different prompts: every row must be scored on the same held-out set")
+    paper_kept = FixedMasks.at_least(paper_masks, PAPER_KEPT)
+    rows = [
+        ledger_row(paper_evaluator, FixedMasks.soft(paper_masks), paper_kept, control_seeds),
+        ledger_row(paper_evaluator, paper_kept, paper_kept, control_seeds),
+        ledger_row(paper_evaluator, *[FixedMasks.binarised(hard_concrete_paper_masks)] * 2, control_seeds),
+        ledger_row(our_evaluator, *[FixedMasks.binarised(our_masks)] * 2, control_seeds),
+    ]
+    table = pd.DataFrame(rows)
+    table.insert(0, "step", [name for name, _ in STEPS])
+    table.insert(1, "change", [change for _, change in STEPS])
+    return table
+
+
+def largest_move(table: pd.DataFrame, column: str = "kept_percent") -> dict:
+    """The step of the ledger that moves ``column`` the most from the row before it:
+    {step, change, before, after, delta}; step and change are None when no step moves it."""
+    values = table[column].to_numpy(dtype=float)
+    if len(values) < 2:
+        raise ValueError(f"a ledger of {len(values)} row(s) has no step to compare")
+    deltas = np.diff(values)
+    i = int(np.argmax(np.abs(deltas)))
+    moved = bool(deltas[i] != 0)
+    return dict(step=str(table["step"].iloc[i + 1]) if moved else None,
+                change=str(table["change"].iloc[i + 1]) if moved else None,
+                before=float(values[i]), after=float(values[i + 1]), delta=float(deltas[i]))
+
+PAPER_IOI_SPARSITY = 0.9132
+"""Paper 1's headline: relative sparsity on IOI in GPT-2 small, at (soft-mask) test KL 0.21."""
