@@ -9,7 +9,9 @@ Corpora, by name:
   dropped, paragraphs shorter than 80 characters dropped. Its text differs slightly between Python
   releases, so every summary records the corpus' sha256;
 - a path to a local text file, or to a folder of ``.txt`` / ``.md`` / ``.rst`` files: blank-line
-  separated paragraphs, the same length filter.
+  separated paragraphs, the same length filter. A file in WikiText's layout (``wiki.train.raw`` as users
+  have it: every line starts with a space, headers look like " = Title = ") is read as the paper read it:
+  one paragraph per line, headers dropped, lines under 80 characters dropped.
 
 Each paragraph is one sequence (BOS first, truncated to ``max_tokens``). ``sample_tokens`` draws the token
 positions the statistics use, with a seed; the tokenised corpus and the sample are cached.
@@ -20,6 +22,7 @@ import hashlib
 import json
 import os
 import re
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,23 +36,55 @@ TEXT_SUFFIXES = (".txt", ".md", ".rst")
 CORPORA = ("python-docs", "wikitext-2")
 
 
-def _paragraphs(text: str) -> list[str]:
-    """Blank-line separated blocks, each joined into one line; indented blocks (code, grammar) dropped."""
+WIKITEXT_HEADER = re.compile(r"=+ .*[^=\s].* =+")
+"""A WikiText section header once the line is stripped: "= Title =", "= = Section = =" and so on."""
+WIKITEXT_SUFFIXES = (".raw", ".tokens")
+
+
+def _paragraphs(text: str, dropped: Counter) -> list[str]:
+    """Blank-line separated blocks, each joined into one line; indented blocks (code, grammar) and headings
+    dropped, each counted in ``dropped``."""
     out = []
     for block in re.split(r"\n\s*\n", text):
         lines = [line for line in block.splitlines() if line.strip()]
-        if not lines or any(line.startswith((" ", "\t", ">>>", "...")) for line in lines):
-            continue  # code, grammar and interactive sessions
+        if not lines:
+            continue
+        if any(line.startswith((" ", "\t", ">>>", "...")) for line in lines):
+            dropped["indented blocks (taken as code, grammar or an interactive session)"] += 1
+            continue
         if 2 <= len(lines) <= 3 and all(set(line.strip()) <= set("*=-~^#") for line in lines[1:]):
-            continue  # a heading with its underline
+            dropped["headings"] += 1
+            continue
         out.append(" ".join(line.strip() for line in lines))
     return out
 
 
-def _keep(paragraphs: list[str]) -> list[str]:
+def _wikitext_paragraphs(lines, dropped: Counter) -> list[str]:
+    """WikiText's layout (the paper's corpus): one paragraph per line, " = Title = " headers dropped."""
+    out = []
+    for line in lines:
+        line = line.strip()
+        if not line:
+            continue
+        if WIKITEXT_HEADER.fullmatch(line):
+            dropped['" = Title = " headers'] += 1
+            continue
+        out.append(line)
+    return out
+
+
+def is_wikitext(path: Path, text: str) -> bool:
+    """A local file in WikiText's layout: named like WikiText's files (.raw, .tokens), or holding a line
+    " = Title = " (leading space, as in the raw files)."""
+    return path.suffix in WIKITEXT_SUFFIXES or any(
+        line.startswith(" =") and WIKITEXT_HEADER.fullmatch(line.strip()) for line in text.splitlines())
+
+
+def _keep(paragraphs: list[str], dropped: Counter) -> list[str]:
     kept, total = [], 0
     for p in paragraphs:
         if len(p) < MIN_CHARS:
+            dropped[f"paragraphs shorter than {MIN_CHARS} characters"] += 1
             continue
         if total >= MAX_CHARS:
             break
@@ -58,26 +93,30 @@ def _keep(paragraphs: list[str]) -> list[str]:
     return kept
 
 
-def python_docs_paragraphs() -> list[str]:
+def python_docs_paragraphs(dropped: Counter | None = None) -> list[str]:
     from pydoc_data.topics import topics
 
-    return _keep([p for key in sorted(topics) for p in _paragraphs(topics[key])])
+    dropped = Counter() if dropped is None else dropped
+    return _keep([p for key in sorted(topics) for p in _paragraphs(topics[key], dropped)], dropped)
 
 
-def wikitext_paragraphs() -> list[str]:
+def wikitext_paragraphs(dropped: Counter | None = None) -> list[str]:
     try:
         from datasets import load_dataset
 
         rows = load_dataset("Salesforce/wikitext", "wikitext-2-raw-v1", split="train")["text"]
     except Exception as error:  # noqa: BLE001 — any hub/network failure means the same thing here
         raise RuntimeError(f"corpus 'wikitext-2' needs the Hugging Face hub (or its local cache), which failed: "
-                           f"{type(error).__name__}: {error}. Use corpus='python-docs' (offline) or a local text "
-                           f"file/folder path.") from error
-    lines = [line.strip() for line in rows]
-    return _keep([line for line in lines if line and not re.fullmatch(r"=+ .* =+", line)])
+                           f"{type(error).__name__}: {error}. Use corpus='python-docs' (offline), a local text "
+                           f"file/folder path, or a local copy of WikiText-2 raw (wiki.train.raw).") from error
+    dropped = Counter() if dropped is None else dropped
+    return _keep(_wikitext_paragraphs(rows, dropped), dropped)
 
 
-def local_paragraphs(path: str | os.PathLike) -> list[str]:
+def local_paragraphs(path: str | os.PathLike, dropped: Counter | None = None) -> list[str]:
+    """Paragraphs of a local file, or of every text file under a folder. A file in WikiText's layout
+    (``is_wikitext``) is read a line at a time, as the paper read WikiText-2; any other file by blank-line
+    separated blocks."""
     path = Path(path)
     if path.is_dir():
         files = sorted(p for p in path.rglob("*") if p.suffix in TEXT_SUFFIXES)
@@ -88,18 +127,28 @@ def local_paragraphs(path: str | os.PathLike) -> list[str]:
                                 f"file or folder")
     if not files:
         raise ValueError(f"corpus folder {str(path)!r} holds no {'/'.join(TEXT_SUFFIXES)} files")
-    return _keep([p for f in files for p in _paragraphs(f.read_text(encoding="utf-8", errors="replace"))])
+    dropped = Counter() if dropped is None else dropped
+    paragraphs = []
+    for f in files:
+        text = f.read_text(encoding="utf-8", errors="replace")
+        paragraphs += (_wikitext_paragraphs(text.splitlines(), dropped) if is_wikitext(f, text)
+                       else _paragraphs(text, dropped))
+    return _keep(paragraphs, dropped)
 
 
 def corpus_paragraphs(corpus: str) -> list[str]:
+    dropped: Counter = Counter()
     if corpus == "python-docs":
-        paragraphs = python_docs_paragraphs()
+        paragraphs = python_docs_paragraphs(dropped)
     elif corpus == "wikitext-2":
-        paragraphs = wikitext_paragraphs()
+        paragraphs = wikitext_paragraphs(dropped)
     else:
-        paragraphs = local_paragraphs(corpus)
+        paragraphs = local_paragraphs(corpus, dropped)
     if not paragraphs:
-        raise ValueError(f"corpus {corpus!r} has no paragraph of at least {MIN_CHARS} characters")
+        what = ", ".join(f"{n} {reason}" for reason, n in dropped.items()) or "nothing: the text is empty"
+        raise ValueError(f"corpus {corpus!r} has no paragraph of at least {MIN_CHARS} characters; dropped {what}. "
+                         f"Paragraphs are blank-line separated blocks, except in WikiText's layout (a .raw or "
+                         f".tokens file, or one with ' = Title = ' lines), where each line is one.")
     return paragraphs
 
 

@@ -24,6 +24,48 @@ def test_local_file_and_folder_are_read_as_paragraphs(tmp_path):
         corpus_paragraphs(str(tmp_path / "missing"))
 
 
+WIKITEXT_RAW = (  # the layout of wiki.train.raw: every line starts with a space, blank lines are " "
+    " \n"
+    " = Valkyria Chronicles III = \n"
+    " \n"
+    " Senjō no Valkyria 3 : Unrecorded Chronicles is a tactical role @-@ playing video game developed by Sega . \n"
+    " The game began development in 2010 , carrying over a large portion of the work done on its predecessor . \n"
+    " \n"
+    " = = Gameplay = = \n"
+    " = = A section title long enough to pass the eighty character filter on its own , as some do = = \n"
+    " \n"
+    " Too short to keep . \n"
+    " As with previous Valkyira Chronicles games , it is a tactical role @-@ playing game with real-time play . \n"
+)
+WIKITEXT_KEPT = [
+    "Senjō no Valkyria 3 : Unrecorded Chronicles is a tactical role @-@ playing video game developed by Sega .",
+    "The game began development in 2010 , carrying over a large portion of the work done on its predecessor .",
+    "As with previous Valkyira Chronicles games , it is a tactical role @-@ playing game with real-time play .",
+]
+
+
+@pytest.mark.parametrize("name", ["wiki.train.raw", "wikitext_copy.txt"])
+def test_a_local_wikitext_file_gives_the_papers_filtering(tmp_path, name):
+    """One paragraph per line, " = Title = " headers dropped, lines under 80 characters dropped; found by
+    the file name (.raw) or by its header lines (a .txt copy)."""
+    (tmp_path / name).write_text(WIKITEXT_RAW, encoding="utf-8")
+    assert corpus_paragraphs(str(tmp_path / name)) == WIKITEXT_KEPT
+    assert all(len(p) >= MIN_CHARS for p in WIKITEXT_KEPT) and len("Too short to keep .") < MIN_CHARS
+    assert max(len(line.strip()) for line in WIKITEXT_RAW.splitlines() if "= =" in line) >= MIN_CHARS
+
+
+def test_an_empty_corpus_error_says_what_was_dropped_and_why(tmp_path):
+    (tmp_path / "headers.raw").write_text(" = Title = \n \n = = Section = = \n Too short . \n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"dropped 2 \" = Title = \" headers, 1 paragraphs shorter than 80"):
+        corpus_paragraphs(str(tmp_path / "headers.raw"))
+    (tmp_path / "code.txt").write_text("    x = 1\n    y = 2\n\nshort\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="dropped 1 indented blocks .*, 1 paragraphs shorter than 80"):
+        corpus_paragraphs(str(tmp_path / "code.txt"))
+    (tmp_path / "empty.txt").write_text("", encoding="utf-8")
+    with pytest.raises(ValueError, match="the text is empty"):
+        corpus_paragraphs(str(tmp_path / "empty.txt"))
+
+
 def test_wikitext_without_the_hub_fails_with_the_offline_fix(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
