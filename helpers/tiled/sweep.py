@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from helpers.tiled.judges import OUR_JUDGE, released_c, verdicts
 from helpers.tiled.plans import build_plans
 from helpers.tiled.sites import PAPER_WIDTHS, RESIDUAL_SITES, all_sites, site_matrix
 from helpers.tiled.statistics import SiteStatistics, StreamPlan
@@ -23,39 +24,38 @@ class Sweep:
     c: pd.DataFrame
     dose: pd.DataFrame
     record: dict
+    c_released: pd.DataFrame | None = None  # the steer measurements of the released code's C rules
 
-    def verdicts(self) -> pd.DataFrame:
-        """Site × layer: A, B1, C1 and the overall pass (C only where judged)."""
-        plain = self.a[~self.a["effective"]][["layer", "site", "A1", "A2", "A4", "A_pass"]]
-        out = plain.merge(self.b[["layer", "site", "B1"]], on=["layer", "site"], how="left")
-        if not self.c.empty:
-            out = out.merge(self.c[["layer", "site", "C1"]], on=["layer", "site"], how="left")
-        else:
-            out["C1"] = None
-        c_ok = out["C1"].map(lambda v: True if v is None or v != v else bool(v))
-        out["pass"] = out["A_pass"] & out["B1"] & c_ok
-        return out
+    def verdicts(self, judge=OUR_JUDGE) -> pd.DataFrame:
+        """Site × layer: A, B1, C1 and the overall pass (C only where judged), under ``judge``
+        (``helpers.tiled.judges``: ours by default)."""
+        return verdicts(self, judge)
 
-    def pass_counts(self) -> dict:
-        v = self.verdicts()
+    def pass_counts(self, judge=OUR_JUDGE) -> dict:
+        v = self.verdicts(judge)
         return {site: dict(passed=int(g["pass"].sum()), total=len(g)) for site, g in v.groupby("site", sort=False)}
 
 
 def sweep(model, sample, thresholds: dict, layers=None, sites=None, n_texts: int = 16, seed: int = 0,
-          batch: int = 16, progress: bool = True, label: str = "model") -> Sweep:
-    """All sites × layers × A, B, C for one model: one corpus pass, then the steering runs."""
+          batch: int = 16, progress: bool = True, label: str = "model", released: bool = True) -> Sweep:
+    """All sites × layers × A, B, C for one model: one corpus pass, then the steering runs (with
+    ``released``, also those of the released code's check C, for ``judges.PAPER_JUDGE``)."""
     chosen = all_sites(model, layers, sites) if sites else all_sites(model, layers)
     plans = build_plans(model, chosen, thresholds, seed=seed)
     stats = SiteStatistics(model, plans, seed=seed)
     stats.run(sample, batch=batch, progress=progress)
     a, b = check_a(stats, thresholds), check_b(stats, thresholds, model)
+    c_released = None
     if any(s.name in RESIDUAL_SITES for s in chosen):
-        c, dose = check_c(model, plans, steer_texts(sample, n_texts), thresholds, seed, progress)
+        texts = steer_texts(sample, n_texts)
+        c, dose = check_c(model, plans, texts, thresholds, seed, progress)
+        if released:
+            c_released = released_c(model, plans, stats.results(), texts, thresholds, progress)
     else:
         c, dose = pd.DataFrame(), pd.DataFrame()
     record = dict(label=label, sample=sample.record(), thresholds=thresholds, seed=seed,
                   layers=sorted({s.layer for s in chosen}), sites=sorted({s.name for s in chosen}))
-    return Sweep(a, b, c, dose, record)
+    return Sweep(a, b, c, dose, record, c_released)
 
 
 # --- negative controls and coverage curves ----------------------------------------------------------------
@@ -99,17 +99,17 @@ def control_sweeps(name: str, controls, sample, thresholds: dict, layers=None, n
     return sweeps, seconds
 
 
-def pass_counts_table(sweeps: dict[str, Sweep]) -> pd.DataFrame:
+def pass_counts_table(sweeps: dict[str, Sweep], judge=OUR_JUDGE) -> pd.DataFrame:
     """Site × label: "passed/total" of every sweep (real model and controls side by side)."""
-    return pd.DataFrame({label: {site: f"{c['passed']}/{c['total']}" for site, c in result.pass_counts().items()}
+    return pd.DataFrame({label: {site: f"{c['passed']}/{c['total']}" for site, c in result.pass_counts(judge).items()}
                          for label, result in sweeps.items()})
 
 
-def pass_rates(sweeps: dict[str, Sweep]) -> pd.DataFrame:
+def pass_rates(sweeps: dict[str, Sweep], judge=OUR_JUDGE) -> pd.DataFrame:
     """Fraction of judged site-layers passing each check, per site and model/control (columns: labels)."""
     rows = []
     for label, result in sweeps.items():
-        v = result.verdicts()
+        v = result.verdicts(judge)
         for site, group in v.groupby("site", sort=False):
             for check in (*CHECKS, "pass"):
                 judged = group[check].dropna() if check == "C1" else group[check]

@@ -8,6 +8,7 @@ import torch
 
 from helpers.core.logits import lens
 from helpers.tiled.steer import check_c, last_token_logits, spearman, steer_texts, steered_change, top_jaccard
+from helpers.tiled.judges import PAPER_JUDGE
 from helpers.tiled.sweep import Sweep, sweep
 from helpers.tiled.thresholds import load_thresholds
 from helpers.tiled.verdicts import check_a, check_b, rule_c1
@@ -92,12 +93,19 @@ def test_rule_c_on_constructed_statistics(rho, jaccard, layer, expected):
     assert rule_c1(rho, jaccard, layer, T) is expected
 
 
+def passing_sweep(layers, rho, c_released=None):
+    """A sweep of attn.o at ``layers`` whose A and B pass under every judge; check C's ρ per layer given."""
+    n = len(layers)
+    a = pd.DataFrame(dict(layer=layers, site="attn.o", residual=True, effective=False, lift_tile=[0.3] * n,
+                          lift_whole=[0.1] * n, lift_columns=[0.01] * n))
+    b = pd.DataFrame(dict(layer=layers, site="attn.o", **{f"lift_k{k}": [0.5] * n for k in T["B"]["ks"]}))
+    c = pd.DataFrame(dict(layer=layers, site="attn.o", rho_tile=rho, jaccard_tile=[0.0] * n))
+    return Sweep(a, b, c, pd.DataFrame(), dict(thresholds=T), c_released)
+
+
 def test_a_failed_c1_fails_the_site_and_an_unjudged_one_does_not():
-    a = pd.DataFrame(dict(layer=[6, 7, 8], site=["attn.o"] * 3, effective=False, A1=True, A2=True, A4=True,
-                          A_pass=True))
-    b = pd.DataFrame(dict(layer=[6, 7, 8], site=["attn.o"] * 3, B1=True))
-    c = pd.DataFrame(dict(layer=[6, 7, 8], site=["attn.o"] * 3, C1=[True, False, None]))
-    verdicts = Sweep(a, b, c, pd.DataFrame(), {}).verdicts()
+    verdicts = passing_sweep([5, 7, 8], [0.0, 0.0, 0.3]).verdicts()  # layer 5 < min_layer 6: C not judged
+    assert verdicts["C1"].tolist() == [None, False, True]
     assert verdicts["pass"].tolist() == [True, False, True]
 
 
@@ -164,6 +172,13 @@ def test_sweep_runs_every_check_and_a_negative_control_through_the_same_code(tmp
         assert set(result.a["site"]) >= {"mlp.up~eff", "attn.v~eff"}
         assert len(result.c) == 4 and len(result.dose) == 4 * len(T["C"]["dose_alphas"])
         assert result.c["C1"].isna().all()  # layers below min_layer are not judged
+        assert len(result.c_released) == 4 and result.c_released["mounts"].between(1, 8).all()  # tiny: 2 mounts
+        # our judge read from the raw lifts gives the verdicts check A and B wrote beside them
+        plain = result.a[~result.a["effective"]].reset_index(drop=True)
+        assert verdicts[["A1", "A2", "A4"]].equals(plain[["A1", "A2", "A4"]].astype(bool))
+        b1 = verdicts.merge(result.b, on=["layer", "site"], suffixes=("", "_b"))
+        assert (b1["B1"] == b1["B1_b"]).all()
+        assert len(result.verdicts(PAPER_JUDGE)) == len(verdicts)
     assert not real.a["lift_tile"].equals(control.a["lift_tile"])
     assert control.record["label"] == "permuted"
 
