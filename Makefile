@@ -23,6 +23,7 @@ $(STAMP): requirements.txt requirements.lock pyproject.toml
 # Regenerate every figure on the embedded default models (FAST=1 for the short CI sequence).
 figures: $(STAMP)
 	$(BIN)/python -m helpers.pipeline $(if $(FAST),--fast)
+	$(if $(FAST),,$(BIN)/python -m helpers.reproduction)  # the README's "Does it reproduce?" table
 
 # All tests, the slow real-model ones included (they run in CI).
 test: $(STAMP)

@@ -40,7 +40,7 @@ MUTANTS = [  # (file, original text, mutated text, tests to run, what the mutant
  ("helpers/singular/heads.py", "    distance[layer, head] = float(\"inf\")", "    pass", "tests/unit/test_heads.py", "controls may come from the studied head"),
  ("helpers/singular/heads.py", "beyond_controls=abs(result[\"metric\"] - base[\"metric\"]) > float", "beyond_controls=abs(result[\"metric\"] - base[\"metric\"]) < float", "tests/unit/test_heads.py", "beyond-controls verdict inverted"),
  ("helpers/tiled/verdicts.py", "    return bool(rho >= t[\"rho\"] or jaccard >= t[\"jaccard\"])", "    return not bool(rho >= t[\"rho\"] or jaccard >= t[\"jaccard\"])", "tests/unit/test_checks.py", "C1 verdict inverted"),
- ("helpers/tiled/verdicts.py", "        row[\"A2\"] = tile >= columns - t[\"a2_tolerance\"]", "        row[\"A2\"] = tile >= columns + t[\"a2_tolerance\"]", "tests/unit/test_checks.py", "A2 tolerance with the wrong sign"),
+ ("helpers/tiled/verdicts.py", "A2=bool(tile >= columns - t[\"a2_tolerance\"])", "A2=bool(tile >= columns + t[\"a2_tolerance\"])", "tests/unit/test_checks.py", "A2 tolerance with the wrong sign"),
  ("helpers/singular/tasks.py", "        correct.append(he if is_male else she)", "        correct.append(he)", "tests/unit/test_tasks.py", "every gender answer ' he'"),
  ("helpers/singular/tasks.py", "        corrupt.append(template.format(NAME=other))", "        corrupt.append(template.format(NAME=name))", "tests/unit/test_tasks.py", "gender corruption keeps the name"),
  ("helpers/singular/augmented.py", "Uc, S, Vch = torch.linalg.svd(Ra @ Rb.transpose(-1, -2), full_matrices=False)", "Uc, S, Vch = torch.linalg.svd(Ra @ Rb.transpose(-1, -2))", "tests/unit/test_augmented.py", "square-core SVD (wide factors crash)"),
@@ -54,6 +54,16 @@ MUTANTS = [  # (file, original text, mutated text, tests to run, what the mutant
  ("helpers/core/architectures.py", 'Architecture("gemma3_text", "rms", True,', 'Architecture("gemma3_text", "rms", False,', "tests/unit/test_weights.py", "Gemma-3's norm gain read as w, not 1 + w"),
  ("helpers/core/logits.py", "    if model.arch.centred if centre is None else centre:\n        u = u - u.mean(-1, keepdim=True)", "    if False:\n        u = u - u.mean(-1, keepdim=True)", "tests/unit/test_logits.py tests/unit/test_readout.py", "lens never centres (LayerNorm models)"),
  ("helpers/tiled/tiling.py", "    tiles = tile_svd(W, spec.width, max((spec.k, *spec.coverage_ks)))\n    tile = tiles.per_tile(spec.k)", "    tiles = tile_svd(W, spec.width, max((spec.k, *spec.coverage_ks)))\n    tile = tiles.per_tile(1)", "tests/unit/test_tiling.py", "tile set built at k = 1, not the spec's k"),
+ ('helpers/singular/masks.py', 'pos = {k: ("all" if k == "qk" else "answer") for k in KINDS}', 'pos = {k: "all" for k in KINDS}', 'tests/unit/test_ledger.py', 'paper rule: OV/MLP ablated at every position'),
+ ('helpers/singular/masks.py', 'return cls({name: (v >= threshold).float()', 'return cls({name: (v > threshold).float()', 'tests/unit/test_ledger.py', "paper's kept rule strict (m > 1e-3)"),
+ ('helpers/singular/ledger.py', 'ledger_row(paper_evaluator, FixedMasks.soft(paper_masks), paper_kept, control_seeds)', 'ledger_row(paper_evaluator, paper_kept, paper_kept, control_seeds)', 'tests/unit/test_ledger.py', 'ledger row 1 binarised instead of soft'),
+ ('helpers/tiled/verdicts.py', 'early = max(lifts[: 2 if residual and not effective else 3])', 'early = max(lifts[: 3 if residual and not effective else 2])', 'tests/unit/test_judges.py', 'released B1 window sizes swapped'),
+ ('helpers/tiled/judges.py', 'return round(float(x), 4) if rounding', 'return round(float(x), 3) if rounding', 'tests/unit/test_judges.py', 'released rounding to 3 decimals'),
+ ('helpers/tiled/judges.py', 'w = gain - 1.0 if model.arch.gain_one_plus else gain', 'w = gain', 'tests/unit/test_judges.py', "released lens uses the model's gain 1 + w"),
+ ('helpers/tiled/sweep.py', '            if bool(new["pass"]) or _checks_passed(new) >= _checks_passed(best.loc[index]):', '            if bool(new["pass"]):', 'tests/unit/test_judges.py', 'width search keeps the first trial when none passes'),
+ ('helpers/tiled/corpus.py', '        paragraphs += (_wikitext_paragraphs(text.splitlines(), dropped) if is_wikitext(f, text)\n                       else _paragraphs(text, dropped))', '        paragraphs += _paragraphs(text, dropped)', 'tests/unit/test_corpus.py', 'WikiText files read as blank-line paragraphs'),
+ ('helpers/singular/heads.py', 'and io >= criterion["io_over_s"] * s', 'and io >= s', 'tests/unit/test_heads.py', 'name mover: IO attention only above S'),
+ ('helpers/singular/heads.py', '"not specific (the control head passes too)" if theirs["supported"] else "supported"', '"supported"', 'tests/unit/test_heads.py', 'control head ignored'),
 ]
 
 

@@ -29,19 +29,79 @@ def attention_spectra(model) -> dict[str, torch.Tensor]:
     return {kind: torch.stack(values) for kind, values in out.items()}
 
 
-def choose_case_study_head(attribution: torch.Tensor, mass: torch.Tensor, n_candidates: int = 5) -> tuple[tuple[int, int], pd.DataFrame]:
-    """The stated criterion of docs/methods.md §1.5: among the ``n_candidates`` heads with the largest
-    positive direct logit attribution to IO − S (heads that move the IO name to the logits), the one with
-    the highest mask mass. Returns ((layer, head), the candidate table)."""
-    attribution, mass = torch.as_tensor(attribution), torch.as_tensor(mass)
-    n_heads = attribution.shape[1]
-    order = attribution.reshape(-1).argsort(descending=True)[:n_candidates]
-    rows = [dict(layer=int(i) // n_heads, head=int(i) % n_heads, attribution=float(attribution.reshape(-1)[i]),
-                 mask_mass=float(mass.reshape(-1)[i])) for i in order if attribution.reshape(-1)[i] > 0]
-    if not rows:
-        raise ValueError("no head has a positive direct logit attribution to IO − S: no name-mover candidate")
-    table = pd.DataFrame(rows).sort_values("mask_mass", ascending=False, ignore_index=True)
-    return (int(table["layer"][0]), int(table["head"][0])), table
+NAME_MOVER = dict(min_io_attention=0.2, io_over_s=2.0, min_attribution=0.0)
+"""The criterion a name mover meets, declared before any run. At the answer position (END) the head
+attends to the IO name at least ``min_io_attention`` on average and at least ``io_over_s`` times as much
+as to the subject's two mentions together (S1 + S2), and its direct logit attribution to IO − S exceeds
+``min_attribution``. This is what "moves the IO name to the logits" means in Wang et al."""
+
+
+def end_attention(model, task) -> dict[str, torch.Tensor]:
+    """{role: [n_layers, n_heads]} mean attention of the answer position to each IOI role's position."""
+    from helpers.singular.tasks import ioi_positions
+
+    roles = ioi_positions(task)
+    names = [f"blocks.{layer}.attn.hook_pattern" for layer in range(model.n_layers)]
+    with torch.no_grad():
+        _, cache = model.bridge.run_with_cache(task.clean, names_filter=lambda n: n in names)
+    rows = torch.arange(len(task))
+    out = {}
+    for role in ("IO", "S1", "S2", "BOS"):
+        out[role] = torch.stack([cache[name][rows, :, task.answer_pos, roles[role]].double().mean(0) for name in names])
+    return out
+
+
+def name_mover_table(attention: dict[str, torch.Tensor], attribution: torch.Tensor, mass: torch.Tensor,
+                     criterion: dict = NAME_MOVER) -> pd.DataFrame:
+    """Every head with its END → IO and END → S attention, its direct logit attribution to IO − S, its mask
+    mass, and whether it meets ``criterion`` (``name_mover``); sorted by attribution."""
+    n_layers, n_heads = attribution.shape
+    rows = []
+    for layer in range(n_layers):
+        for head in range(n_heads):
+            io = float(attention["IO"][layer, head])
+            s = float(attention["S1"][layer, head] + attention["S2"][layer, head])
+            dla = float(attribution[layer, head])
+            rows.append(dict(layer=layer, head=head, attention_io=io, attention_s=s, attribution=dla,
+                             mask_mass=float(mass[layer, head]),
+                             name_mover=bool(io >= criterion["min_io_attention"] and io >= criterion["io_over_s"] * s
+                                             and dla > criterion["min_attribution"])))
+    return pd.DataFrame(rows).sort_values("attribution", ascending=False, ignore_index=True)
+
+
+def choose_name_mover(table: pd.DataFrame) -> tuple[int, int] | None:
+    """The name mover (``name_mover_table``) with the most mask mass; None when no head meets the criterion."""
+    movers = table[table["name_mover"]]
+    if movers.empty:
+        return None
+    best = movers.sort_values("mask_mass", ascending=False, kind="stable").iloc[0]
+    return int(best["layer"]), int(best["head"])
+
+
+def choose_control_head(table: pd.DataFrame, layer: int, head: int) -> tuple[int, int]:
+    """The control of a case-study head: among heads that are not name movers and write nothing toward IO − S
+    (attribution ≤ 0), the one whose mask mass is closest to the case-study head's."""
+    target = float(table[(table["layer"] == layer) & (table["head"] == head)]["mask_mass"].iloc[0])
+    pool = table[~table["name_mover"] & (table["attribution"] <= 0)]
+    if pool.empty:
+        raise ValueError("every head is a name mover or writes toward IO − S: no control head")
+    best = pool.iloc[(pool["mask_mass"] - target).abs().argsort(kind="stable").iloc[0]]
+    return int(best["layer"]), int(best["head"])
+
+
+def specificity(head: list[dict], control: list[dict]) -> pd.DataFrame:
+    """Each subfunction verdict of the case-study head beside its control head's (``subfunction_evidence``):
+    supported only when the head passes and the control fails; "not specific" when both pass."""
+    rows = []
+    for mine, theirs in zip(head, control):
+        if mine["subfunction"] != theirs["subfunction"]:
+            raise ValueError(f"verdicts out of order: {mine['subfunction']!r} vs {theirs['subfunction']!r}")
+        verdict = ("not supported" if not mine["supported"] else
+                   "not specific (the control head passes too)" if theirs["supported"] else "supported")
+        rows.append(dict(subfunction=mine["subfunction"], head=mine["supported"], control=theirs["supported"],
+                         verdict=verdict, head_directions=", ".join(mine["directions"]),
+                         control_directions=", ".join(theirs["directions"])))
+    return pd.DataFrame(rows)
 
 
 class HeadReading:
@@ -185,10 +245,11 @@ PAPER_HEAD = (9, 6)
 """Paper 1's case-study head of GPT-2 small: name mover 9.6 (Wang et al.)."""
 
 
-def resolve_case_study_head(model, given, criterion_choice: tuple[int, int], n_candidates: int) -> tuple[int, int, str]:
+def resolve_case_study_head(model, given, table: pd.DataFrame) -> tuple[int, int, str]:
     """(layer, head, why) of the case study: ``given`` ("layer.head") when set; else paper 1's 9.6 for
-    GPT-2 small; else ``criterion_choice`` (``choose_case_study_head``). A given head is checked against
-    the model's shape."""
+    GPT-2 small; else the name mover with the most mask mass (``choose_name_mover`` on ``table``, from
+    ``name_mover_table``); when no head meets the criterion, the head of largest attribution to IO − S,
+    and ``why`` says that it is not a name mover. A given head is checked against the model's shape."""
     if given is not None:
         try:
             layer, head = (int(v) for v in str(given).split("."))
@@ -200,9 +261,38 @@ def resolve_case_study_head(model, given, criterion_choice: tuple[int, int], n_c
         return layer, head, f"given as a parameter ({given})"
     if model.name == "gpt2-small":
         return (*PAPER_HEAD, "paper 1's head 9.6 (a name mover in Wang et al.)")
-    layer, head = criterion_choice
-    return layer, head, (f"the most mask mass among the {n_candidates} heads with the largest direct logit "
-                         f"attribution to IO − S")
+    chosen = choose_name_mover(table)
+    if chosen is not None:
+        return (*chosen, "the name mover (declared criterion, NAME_MOVER) with the most mask mass")
+    best = table.iloc[0]
+    return (int(best["layer"]), int(best["head"]),
+            "NO head meets the declared name-mover criterion (NAME_MOVER): this is the head of largest direct "
+            "logit attribution to IO − S, not a name mover")
+
+
+def is_name_mover(table: pd.DataFrame, layer: int, head: int) -> bool:
+    return bool(table[(table["layer"] == layer) & (table["head"] == head)]["name_mover"].iloc[0])
+
+
+def head_evidence(model, evaluator: CircuitEvaluator, spectra: dict, masks, task, layer: int, head: int,
+                  n_directions: int, n_controls: int, seed: int = 0, progress: bool = True) -> dict:
+    """The case-study pipeline for one head on ``task`` (the evaluator's held-out prompts): its reading, the
+    directions studied (``choose_directions`` on its masks), their terms by IOI role, one-at-a-time
+    ablations against σ-matched controls, and the subfunction verdicts (``subfunction_evidence``)."""
+    from helpers.singular.tasks import ioi_positions
+
+    m_ov, m_qk = masks.values(layer, "ov")[head].detach(), masks.values(layer, "qk")[head].detach()
+    reading = HeadReading(model, task.clean, task.answer_pos, layer, head)
+    chosen = choose_directions(m_ov, m_qk, reading.ov_null, n_directions)
+    roles = ioi_positions(task)
+    ov_roles = by_role(reading.ov_sources, roles, reading.valid).loc[chosen["ov"]]
+    qk_roles = by_role(reading.qk_keys, roles, reading.valid, other="mean").loc[chosen["qk"]]
+    effects = ablation_effects(evaluator, model, spectra, layer, head, chosen, n_controls=n_controls, seed=seed,
+                               progress=progress)
+    return dict(layer=layer, head=head, m_ov=m_ov, m_qk=m_qk, reading=reading, chosen=chosen,
+                ov_roles=ov_roles.assign(bias=reading.ov_bias[chosen["ov"]].numpy()), qk_roles=qk_roles,
+                attention=by_role(reading.attention[..., None], roles, reading.valid).iloc[0],
+                effects=effects, evidence=subfunction_evidence(ov_roles, qk_roles, effects))
 
 
 def choose_directions(ov_masks: torch.Tensor, qk_masks: torch.Tensor, ov_null: torch.Tensor, n: int) -> dict[str, list[int]]:

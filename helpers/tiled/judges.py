@@ -143,18 +143,25 @@ def _c1(result, layer: int, site: str, judge: frozenset, thresholds: dict) -> bo
     return rule_c1(rho, jaccard, layer, thresholds)
 
 
+SEARCHED = "paper + width search"
+
+
 def judge_factor_table(sweeps: dict, real: str = "model") -> pd.DataFrame:
-    """One row per judge: ours, each released rule alone, and all four; per sweep label the site-layers that
-    pass (of all), and how many of the real model's verdicts differ from ours."""
-    judges = [OUR_JUDGE, *[frozenset([f]) for f in FACTORS], PAPER_JUDGE]
-    ours = verdicts(sweeps[real], OUR_JUDGE)["pass"].to_numpy()
+    """One row per judge: ours, each released rule alone, all four, and (where every sweep ran it) all four
+    after the released width search; per sweep label the site-layers that pass (of all), and how many of
+    the real model's verdicts differ from ours."""
+    tables = {judge_name(j): {label: verdicts(result, j) for label, result in sweeps.items()}
+              for j in [OUR_JUDGE, *[frozenset([f]) for f in FACTORS], PAPER_JUDGE]}
+    if all(result.search is not None for result in sweeps.values()):
+        tables[SEARCHED] = {label: result.search for label, result in sweeps.items()}
+    ours = tables["ours"][real].set_index(["layer", "site"])["pass"]
     rows = []
-    for judge in judges:
-        row = dict(judge=judge_name(judge))
-        for label, result in sweeps.items():
-            v = verdicts(result, judge)
+    for name, by_label in tables.items():
+        row = dict(judge=name)
+        for label, v in by_label.items():
             row[label] = int(v["pass"].sum())
             row[f"{label}_of"] = len(v)
-        row[f"{real}_changed"] = int((verdicts(sweeps[real], judge)["pass"].to_numpy() != ours).sum())
+        mine = by_label[real].set_index(["layer", "site"])["pass"].reindex(ours.index)
+        row[f"{real}_changed"] = int((mine.astype(bool) != ours.astype(bool)).sum())
         rows.append(row)
     return pd.DataFrame(rows)

@@ -18,8 +18,10 @@ import torch
 
 SITES = ("attn.q", "attn.k", "attn.v", "attn.o", "mlp.gate", "mlp.up", "mlp.down")
 RESIDUAL_SITES = ("attn.o", "mlp.down")
-PAPER_WIDTHS = {"mlp.down": 512, "attn.o": 512, "mlp.gate": 512, "mlp.up": 512, "attn.q": 128, "attn.k": 256,
-                "attn.v": 256}
+SEARCH_WIDTHS = {"mlp.down": (512,), "attn.o": (512,), "mlp.gate": (512,), "mlp.up": (512, 256, 128, 64),
+                 "attn.q": (128, 64), "attn.k": (256,), "attn.v": (256, 128, 64)}
+"""Paper 2's tile widths (Gemma-2-2B's) and the fallback widths its runner tried in order, per site."""
+PAPER_WIDTHS = {name: widths[0] for name, widths in SEARCH_WIDTHS.items()}
 HOOKS = {"attn.q": "attn.q", "attn.k": "attn.k", "attn.v": "attn.v", "attn.o": "attn.o", "mlp.gate": "mlp.gate",
          "mlp.up": "mlp.in", "mlp.down": "mlp.out"}
 POST_NORMS = {"attn.o": "ln1_post", "mlp.down": "ln2_post"}

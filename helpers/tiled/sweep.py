@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from helpers.tiled.judges import OUR_JUDGE, released_c, verdicts
-from helpers.tiled.plans import build_plans
+from helpers.tiled.judges import OUR_JUDGE, PAPER_JUDGE, released_c, verdicts
+from helpers.tiled.plans import TRIAL, build_plans, trial_kind
 from helpers.tiled.sites import PAPER_WIDTHS, RESIDUAL_SITES, all_sites, site_matrix
 from helpers.tiled.statistics import SiteStatistics, StreamPlan
 from helpers.tiled.steer import check_c, steer_texts
@@ -25,6 +25,7 @@ class Sweep:
     dose: pd.DataFrame
     record: dict
     c_released: pd.DataFrame | None = None  # the steer measurements of the released code's C rules
+    search: pd.DataFrame | None = None  # the released runner's width search under its judge (``width_search``)
 
     def verdicts(self, judge=OUR_JUDGE) -> pd.DataFrame:
         """Site × layer: A, B1, C1 and the overall pass (C only where judged), under ``judge``
@@ -37,14 +38,28 @@ class Sweep:
 
 
 def sweep(model, sample, thresholds: dict, layers=None, sites=None, n_texts: int = 16, seed: int = 0,
-          batch: int = 16, progress: bool = True, label: str = "model", released: bool = True) -> Sweep:
+          batch: int = 16, progress: bool = True, label: str = "model", released: bool = True,
+          widths: dict = PAPER_WIDTHS, effective: bool = True, search: dict | None = None) -> Sweep:
     """All sites × layers × A, B, C for one model: one corpus pass, then the steering runs (with
-    ``released``, also those of the released code's check C, for ``judges.PAPER_JUDGE``)."""
+    ``released``, also those of the released code's check C, for ``judges.PAPER_JUDGE``). ``widths``: the
+    tile width of each site (``helpers.tiled.widths``); ``effective``: also the effective-path streams;
+    ``search`` (site → widths in order, ``widths.search_widths``): then also the released runner's width
+    search, under the released judge (``width_search``)."""
     chosen = all_sites(model, layers, sites) if sites else all_sites(model, layers)
-    plans = build_plans(model, chosen, thresholds, seed=seed)
+    trial_widths = None
+    if search is not None:
+        for name in {s.name for s in chosen}:
+            if search[name][0] != widths[name]:
+                raise ValueError(f"search[{name!r}] starts at {search[name][0]}, but the sweep's width is "
+                                 f"{widths[name]}: the search's first trial is the sweep itself")
+        trial_widths = {name: tuple(search[name][1:]) for name in search}
+    plans = build_plans(model, chosen, thresholds, widths=widths, seed=seed, effective=effective,
+                        trial_widths=trial_widths)
     stats = SiteStatistics(model, plans, seed=seed)
     stats.run(sample, batch=batch, progress=progress)
     a, b = check_a(stats, thresholds), check_b(stats, thresholds, model)
+    trial_a, trial_b = a[a["site"].str.contains(TRIAL, regex=False)], b[b["site"].str.contains(TRIAL, regex=False)]
+    a, b = a.drop(trial_a.index).reset_index(drop=True), b.drop(trial_b.index).reset_index(drop=True)
     c_released = None
     if any(s.name in RESIDUAL_SITES for s in chosen):
         texts = steer_texts(sample, n_texts)
@@ -54,8 +69,50 @@ def sweep(model, sample, thresholds: dict, layers=None, sites=None, n_texts: int
     else:
         c, dose = pd.DataFrame(), pd.DataFrame()
     record = dict(label=label, sample=sample.record(), thresholds=thresholds, seed=seed,
-                  layers=sorted({s.layer for s in chosen}), sites=sorted({s.name for s in chosen}))
-    return Sweep(a, b, c, dose, record, c_released)
+                  layers=sorted({s.layer for s in chosen}), sites=sorted({s.name for s in chosen}),
+                  widths={s.name: widths[s.name] for s in chosen})
+    result = Sweep(a, b, c, dose, record, c_released)
+    if search is not None:
+        result.search = width_search(result, trial_a, trial_b, search)
+    return result
+
+
+def _checks_passed(row) -> int:
+    """Checks a verdict row passes; C1 counts as passed where it is not judged (None)."""
+    c1 = row["C1"]
+    return sum(bool(row[c]) for c in ("A1", "A2", "A4", "B1")) + int(c1 is None or c1 != c1 or bool(c1))
+
+
+def width_search(first: Sweep, trial_a: pd.DataFrame, trial_b: pd.DataFrame, search: dict,
+                 judge=PAPER_JUDGE) -> pd.DataFrame:
+    """The released runner's search, on trial streams measured in the sweep's own corpus pass
+    (``plans.trial_kind``): a site-layer that fails under ``judge`` at its first width is judged at its next
+    width (``search``: site → widths in order), until a trial passes; when none does, the trial with the
+    most checks passed is kept (the last among equals). Measuring every trial in one pass changes no
+    choice: a trial is only looked at when the ones before it failed. Returns the verdicts with the
+    ``width`` kept and the number of ``trials`` judged. The effective-path pools the released runner also
+    tried are not searched. Trial sites are never residual, so check C does not enter."""
+    best = first.verdicts(judge)
+    best["width"] = [first.record["widths"][site] for site in best["site"]]
+    best["trials"] = 1
+    for trial in range(1, max(len(w) for w in search.values())):
+        todo = best[~best["pass"].astype(bool) & best["site"].map(lambda site: len(search[site]) > trial)]
+        if todo.empty:
+            break
+        kinds = {site: trial_kind(site, search[site][trial]) for site in set(todo["site"])}
+        pick = lambda t: t[t["site"].isin(kinds.values())].assign(  # noqa: E731
+            site=lambda f: f["site"].str.split(TRIAL, regex=False).str[0])
+        measured = Sweep(pick(trial_a), pick(trial_b), pd.DataFrame(), pd.DataFrame(), first.record)
+        tried = measured.verdicts(judge).set_index(["layer", "site"])
+        for index in todo.index:
+            key = (best.at[index, "layer"], best.at[index, "site"])
+            new = tried.loc[key]
+            best.at[index, "trials"] = trial + 1
+            if bool(new["pass"]) or _checks_passed(new) >= _checks_passed(best.loc[index]):
+                for column in ("A1", "A2", "A4", "A_pass", "B1", "C1", "pass"):
+                    best.at[index, column] = new[column]
+                best.at[index, "width"] = search[key[1]][trial]
+    return best
 
 
 # --- negative controls and coverage curves ----------------------------------------------------------------
@@ -80,7 +137,8 @@ def control_model(name: str, control: str, seed: int = 0, device: str = "cpu"):
 
 
 def control_sweeps(name: str, controls, sample, thresholds: dict, layers=None, n_texts: int = 16, seed: int = 0,
-                   device: str = "cpu", progress: bool = True) -> tuple[dict[str, Sweep], dict[str, float]]:
+                   device: str = "cpu", progress: bool = True, widths: dict = PAPER_WIDTHS,
+                   search: dict | None = None) -> tuple[dict[str, Sweep], dict[str, float]]:
     """The same sweep on each negative control of registry model ``name`` (loaded fresh, one at a time, so
     only one copy is held). Returns ({control: Sweep}, {control: seconds})."""
     import time
@@ -93,7 +151,7 @@ def control_sweeps(name: str, controls, sample, thresholds: dict, layers=None, n
         start = time.time()
         model = control_model(name, control, seed=seed, device=device)
         sweeps[control] = sweep(model, sample, thresholds, layers=layers, n_texts=n_texts, seed=seed,
-                                progress=progress, label=control)
+                                progress=progress, label=control, widths=widths, search=search)
         seconds[control] = time.time() - start
         del model
     return sweeps, seconds
@@ -164,3 +222,17 @@ def coverage_sweep(model, sample, layers, widths=(64, 128, 256, 512, 1024), ks=(
         key = f"{m['variable']}{m['value']}"
         rows.append(dict(**m, tile=cov[f"tile_{key}"], partition=cov[f"partition_{key}"], random=cov[f"random_{key}"]))
     return pd.DataFrame(rows)
+
+
+def trials_needed(sweeps: dict[str, Sweep]) -> pd.DataFrame:
+    """Label × trials: how many site-layers pass after the released width search at each trial (1: at the
+    paper's width), and how many fail after every trial."""
+    rows = {}
+    for label, result in sweeps.items():
+        if result.search is None:
+            raise ValueError(f"sweep {label!r} ran no width search (sweep(..., search=...))")
+        s = result.search
+        counts = s[s["pass"].astype(bool)].groupby("trials").size()
+        rows[label] = {**{f"passed at trial {t}": int(n) for t, n in counts.items()},
+                       "failed after every trial": int((~s["pass"].astype(bool)).sum())}
+    return pd.DataFrame(rows).fillna(0).astype(int)

@@ -5,7 +5,8 @@ import torch
 
 from helpers.singular.circuits import CircuitEvaluator
 from helpers.singular.heads import (HeadReading, _matched_controls, ablation_effects, attention_spectra, by_role,
-                                choose_case_study_head, subfunction_evidence)
+                                choose_control_head, choose_name_mover, name_mover_table, specificity,
+                                subfunction_evidence)
 from helpers.singular.masks import AblationRule, FixedMasks, MaskedModel
 from helpers.singular.tasks import ioi_task
 from tests.conftest import cached_model
@@ -58,15 +59,34 @@ def test_by_role_reads_each_role_and_sums_or_averages_the_rest():
     assert by_role(values, positions, valid, other="mean").loc[0, "other"] == (1.5 + 7.0) / 2
 
 
-def test_case_study_head_is_the_heaviest_mask_among_positive_attribution_candidates():
-    attribution = torch.tensor([[0.1, 3.0], [2.0, -5.0], [1.0, 0.5]])
-    mass = torch.tensor([[99.0, 10.0], [20.0, 500.0], [30.0, 1.0]])
-    head, table = choose_case_study_head(attribution, mass, n_candidates=3)
-    assert head == (2, 0)  # candidates (0,1), (1,0), (2,0) by attribution; (2,0) has the most mass
-    assert set(zip(table["layer"], table["head"])) == {(0, 1), (1, 0), (2, 0)}
-    assert choose_case_study_head(attribution, mass, n_candidates=1)[0] == (0, 1)
-    with pytest.raises(ValueError, match="no head has a positive"):
-        choose_case_study_head(-attribution.abs(), mass)
+def test_a_name_mover_attends_end_to_io_well_above_s_and_writes_io_minus_s():
+    """Hand-built attention and attribution of six heads, against the declared NAME_MOVER criterion."""
+    attention = {"IO": torch.tensor([[0.60, 0.60, 0.10], [0.60, 0.45, 0.30]], dtype=torch.float64),
+                 "S1": torch.tensor([[0.05, 0.05, 0.02], [0.20, 0.10, 0.05]], dtype=torch.float64),
+                 "S2": torch.tensor([[0.05, 0.05, 0.02], [0.20, 0.10, 0.05]], dtype=torch.float64)}
+    attribution = torch.tensor([[2.0, -0.5, 3.0], [1.0, 1.5, 0.2]])
+    mass = torch.tensor([[40.0, 90.0, 99.0], [10.0, 30.0, 41.0]])
+    table = name_mover_table(attention, attribution, mass)
+    movers = {(r.layer, r.head) for r in table.itertuples() if r.name_mover}
+    # (0,0): IO 0.6 ≥ 2 × 0.1, DLA 2 > 0; (1,1): 0.45 ≥ 2 × 0.2 (= 0.4); (1,2): 0.3 ≥ 2 × 0.1;
+    # not (0,1): DLA < 0; not (0,2): IO 0.1 < 0.2; not (1,0): 0.6 < 2 × 0.4
+    assert movers == {(0, 0), (1, 1), (1, 2)}
+    assert choose_name_mover(table) == (1, 2)  # the most mask mass among the name movers (41)
+    assert choose_name_mover(table.assign(name_mover=False)) is None
+    # control: not a name mover, attribution ≤ 0, mask mass closest to the head's: (0,1) is the only one
+    assert choose_control_head(table, 1, 2) == (0, 1)
+    with pytest.raises(ValueError, match="no control head"):
+        choose_control_head(table.assign(attribution=1.0), 1, 2)
+
+
+def test_a_verdict_the_control_head_also_passes_is_not_specific():
+    def verdicts(*supported):
+        names = ("entity separation (IO vs S)", "salience (attends IO over S)", "sequence initialisation (BOS)")
+        return [dict(subfunction=n, supported=s, directions=["OV 1"] if s else []) for n, s in zip(names, supported)]
+    table = specificity(verdicts(True, True, False), verdicts(True, False, True))
+    assert table["verdict"].tolist() == ["not specific (the control head passes too)", "supported", "not supported"]
+    with pytest.raises(ValueError, match="out of order"):
+        specificity(verdicts(True, True, False), list(reversed(verdicts(True, True, False))))
 
 
 def test_matched_controls_come_from_other_heads_with_the_closest_singular_values():
@@ -113,3 +133,21 @@ def test_subfunction_evidence_follows_its_declared_criteria():
     assert verdicts["entity separation"]["directions"] == ["OV 0"]
     assert verdicts["sequence initialisation"]["directions"] == ["OV 1"]
     assert not verdicts["salience"]["supported"]  # QK 0 favours IO but its ablation is within its controls
+
+
+def test_end_attention_is_the_answer_rows_attention_at_each_roles_position():
+    from helpers.singular.heads import end_attention
+    from helpers.singular.tasks import ioi_positions
+
+    model = cached_model("tiny-gpt2", "fold_norm")
+    task = ioi_task(model, 5, seed=3)
+    attention = end_attention(model, task)
+    roles = ioi_positions(task)
+    rows = torch.arange(len(task))
+    for layer, head in ((0, 1), (model.n_layers - 1, 2)):
+        reading = HeadReading(model, task.clean, task.answer_pos, layer, head)  # [n, T] attention of END
+        for role in ("IO", "S1", "S2", "BOS"):
+            expected = reading.attention[rows, roles[role]].mean()
+            assert float(attention[role][layer, head]) == pytest.approx(float(expected), abs=1e-6)
+    total = sum(attention[r] for r in ("IO", "S1", "S2", "BOS"))
+    assert float(total.max()) <= 1 + 1e-6

@@ -136,3 +136,69 @@ def test_released_lens_is_w_from_the_checkpoint_by_hand(name):
 def test_released_lens_needs_the_raw_checkpoint():
     with pytest.raises(ValueError, match="processing='raw'"):
         released_lens(cached_model("tiny-llama", "fold_norm"), torch.zeros(1, 4))
+
+
+def test_widths_in_the_papers_units_are_the_literal_ones_on_gemma_2_2b_and_scale_elsewhere():
+    from types import SimpleNamespace
+
+    from helpers.tiled.sites import PAPER_WIDTHS, SEARCH_WIDTHS
+    from helpers.tiled.widths import search_widths, tile_widths
+
+    gemma_2_2b = SimpleNamespace(d_model=2304, d_mlp=9216, d_head=256)
+    assert tile_widths(gemma_2_2b, "paper_units") == PAPER_WIDTHS == tile_widths(gemma_2_2b, "paper")
+    assert search_widths(gemma_2_2b, "paper_units") == SEARCH_WIDTHS
+    smollm2 = SimpleNamespace(d_model=576, d_mlp=1536, d_head=64)  # by hand: the paper's fraction of each input
+    assert tile_widths(smollm2, "paper_units") == {"attn.o": 128, "attn.q": 32, "attn.k": 64, "attn.v": 64,
+                                                   "mlp.gate": 128, "mlp.up": 128, "mlp.down": 85}
+    assert search_widths(smollm2, "paper_units")["mlp.up"] == (128, 64, 32, 16)
+    assert tile_widths(smollm2, "paper") == PAPER_WIDTHS  # literal: attn.o's 512 is eight of its heads
+    with pytest.raises(ValueError, match="widths='heads'"):
+        tile_widths(smollm2, "heads")
+
+
+SEARCH = {"attn.q": (16, 8, 4), "attn.k": (16,), "attn.v": (16, 8), "attn.o": (32,), "mlp.gate": (16,),
+          "mlp.up": (16, 8), "mlp.down": (24,)}  # tiny-gemma3: d_model 32, d_mlp 48, 4 heads of 16
+
+
+def tiny_search(thresholds, tmp_path, monkeypatch):
+    from helpers.core.models import gpt2_tokenizer
+    from helpers.tiled.corpus import sample_tokens
+    from helpers.tiled.sweep import sweep
+
+    monkeypatch.setenv("SVDIRS_CACHE", str(tmp_path))
+    sample = sample_tokens(gpt2_tokenizer(), n_tokens=120, max_tokens=16, tokenizer_name="gpt2")
+    model = cached_model("tiny-gemma3", "raw")
+    first = {name: widths[0] for name, widths in SEARCH.items()}
+    result = sweep(model, sample, thresholds, layers=[1], n_texts=2, progress=False, widths=first, search=SEARCH)
+    return model, sample, result
+
+
+def test_width_search_tries_each_fallback_width_in_order_while_a_site_fails(tmp_path, monkeypatch):
+    """Thresholds no site can meet: every site with fallbacks is tried at each of them, and the trial kept is
+    the last with the most checks passed, measured as a sweep at that width would measure it."""
+    from helpers.tiled.sweep import sweep
+
+    impossible = {**T, "A": {**T["A"], "a1_margin": 2.0}, "C": {**T["C"], "bootstrap": 2, "dose_alphas": [2.0]}}
+    model, sample, result = tiny_search(impossible, tmp_path, monkeypatch)
+    search = result.search.set_index("site")
+    assert not search["pass"].any()
+    for site, widths in SEARCH.items():
+        assert search.loc[site, "trials"] == len(widths), site
+        assert search.loc[site, "width"] in widths
+    by_hand = sweep(model, sample, impossible, layers=[1], sites=["attn.q"], progress=False, released=False,
+                    widths={"attn.q": 4}, effective=False).verdicts(PAPER_JUDGE).iloc[0]
+    first = result.verdicts(PAPER_JUDGE).set_index("site").loc["attn.q"]
+    count = lambda r: sum(bool(r[c]) for c in ("A2", "A4", "B1"))  # noqa: E731 — A1 fails everywhere
+    if count(by_hand) >= count(first):  # the last trial kept unless an earlier one passed more checks
+        assert search.loc["attn.q", "width"] == 4 and bool(search.loc["attn.q", "B1"]) == bool(by_hand["B1"])
+
+
+def test_width_search_stops_where_the_first_width_passes(tmp_path, monkeypatch):
+    easy = {**T, "A": dict(a1_margin=-1.0, a1_margin_effective=-1.0, a2_tolerance=9.0, a4_margin_residual=9.0,
+                           a4_ratio_residual=0.0, a4_margin_other=9.0, a4_ratio_other=0.0),
+            "B": {**T["B"], "peak_residual": -1.0, "peak_other": -1.0, "peak_effective": -1.0,
+                  "early_within": 9.0, "last_within": 9.0},
+            "C": {**T["C"], "bootstrap": 2, "dose_alphas": [2.0]}}
+    _, _, result = tiny_search(easy, tmp_path, monkeypatch)
+    assert result.search["pass"].all() and (result.search["trials"] == 1).all()
+    assert dict(zip(result.search["site"], result.search["width"])) == {s: w[0] for s, w in SEARCH.items()}

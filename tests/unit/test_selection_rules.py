@@ -51,17 +51,26 @@ def test_boxed_heads_are_wang_et_al_for_gpt2_and_the_top_attributions_otherwise(
     assert boxed_heads(SimpleNamespace(name="gpt2-small"), "gender", attribution)[0] == []
 
 
-def test_the_case_study_head_is_the_parameter_then_paper_1s_head_then_the_criterion():
+def mover_table(movers):
+    """A name_mover_table of four heads; ``movers`` lists which of them meet the criterion."""
+    return pd.DataFrame(dict(layer=[7, 3, 2, 1], head=[1, 0, 2, 5], attribution=[3.0, 2.0, 1.0, -1.0],
+                             mask_mass=[10.0, 50.0, 20.0, 48.0], name_mover=movers))
+
+
+def test_the_case_study_head_is_the_parameter_then_paper_1s_head_then_the_name_mover_criterion():
     model = SimpleNamespace(name="smollm2-135m", n_layers=30, n_heads=9)
-    assert resolve_case_study_head(model, "3.4", (7, 1), 5)[:2] == (3, 4)
-    assert resolve_case_study_head(model, None, (7, 1), 5)[:2] == (7, 1)
-    assert "mask mass among the 5 heads" in resolve_case_study_head(model, None, (7, 1), 5)[2]
+    table = mover_table([True, True, False, False])
+    assert resolve_case_study_head(model, "3.4", table)[:2] == (3, 4)
+    assert resolve_case_study_head(model, None, table)[:2] == (3, 0)  # the name mover with the most mass
+    assert "name mover" in resolve_case_study_head(model, None, table)[2]
+    nobody = resolve_case_study_head(model, None, mover_table([False] * 4))
+    assert nobody[:2] == (7, 1) and "NO head meets" in nobody[2]
     gpt2 = SimpleNamespace(name="gpt2-small", n_layers=12, n_heads=12)
-    assert resolve_case_study_head(gpt2, None, (7, 1), 5)[:2] == (9, 6)
+    assert resolve_case_study_head(gpt2, None, table)[:2] == (9, 6)
     with pytest.raises(ValueError, match="layers 0–29"):
-        resolve_case_study_head(model, "30.0", (7, 1), 5)
+        resolve_case_study_head(model, "30.0", table)
     with pytest.raises(ValueError, match="'layer.head'"):
-        resolve_case_study_head(model, "nine", (7, 1), 5)
+        resolve_case_study_head(model, "nine", table)
 
 
 def test_the_studied_directions_have_the_largest_masks_and_never_a_null_ov_direction():
