@@ -225,8 +225,8 @@ def coverage_sweep(model, sample, layers, widths=(64, 128, 256, 512, 1024), ks=(
 
 
 def trials_needed(sweeps: dict[str, Sweep]) -> pd.DataFrame:
-    """Label × trials: how many site-layers pass after the released width search at each trial (1: at the
-    paper's width), and how many fail after every trial."""
+    """One row per outcome ("passed at trial t", t = 1 at the paper's width, or "failed after every
+    trial"), one column per label: how many site-layers had it after the released width search."""
     rows = {}
     for label, result in sweeps.items():
         if result.search is None:
@@ -235,4 +235,4 @@ def trials_needed(sweeps: dict[str, Sweep]) -> pd.DataFrame:
         counts = s[s["pass"].astype(bool)].groupby("trials").size()
         rows[label] = {**{f"passed at trial {t}": int(n) for t, n in counts.items()},
                        "failed after every trial": int((~s["pass"].astype(bool)).sum())}
-    return pd.DataFrame(rows).fillna(0).astype(int)
+    return pd.DataFrame(rows).fillna(0).astype(int).rename_axis("outcome").reset_index()

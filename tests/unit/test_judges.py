@@ -202,3 +202,14 @@ def test_width_search_stops_where_the_first_width_passes(tmp_path, monkeypatch):
     _, _, result = tiny_search(easy, tmp_path, monkeypatch)
     assert result.search["pass"].all() and (result.search["trials"] == 1).all()
     assert dict(zip(result.search["site"], result.search["width"])) == {s: w[0] for s, w in SEARCH.items()}
+
+
+def test_trials_needed_counts_passes_by_trial_and_failures():
+    from helpers.tiled.sweep import trials_needed
+
+    result = sweep_of([0.3, 0.3, 0.3], [FLAT] * 3, [0.3] * 3)
+    result.search = pd.DataFrame(dict(layer=[6, 7, 8], site="attn.q", trials=[1, 3, 3], **{"pass": [True, True, False]}))
+    table = trials_needed({"model": result}).set_index("outcome")
+    assert table["model"].to_dict() == {"passed at trial 1": 1, "passed at trial 3": 1, "failed after every trial": 1}
+    with pytest.raises(ValueError, match="no width search"):
+        trials_needed({"model": sweep_of([0.3], [FLAT], [0.3])})
