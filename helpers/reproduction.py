@@ -45,8 +45,11 @@ def paper_1_row(task: str, summary: dict | None) -> str:
     move = summary.get("ledger_largest_move") or {}
     moved = ("no step moves it" if not move.get("step") else
              f"{move['step']}: {move['before']:.1f} % → {move['after']:.1f} % kept")
+    recipe = summary.get("paper_recipe_run") or {}
+    budget = f", {recipe['steps']} steps of {recipe['batch']}" if recipe else ""
     return (f"| {task} masking, {summary.get('model', 'smollm2-135m')} | {PAPER_1_NUMBERS.get(task, 'not reported')} "
-            f"| {paper['kept_percent']:.1f} % kept at soft-mask KL {paper['kl']:.2f} | {our_cell} | {control} | {moved} |")
+            f"| {paper['kept_percent']:.1f} % kept (m ≥ 1e-3) at soft-mask KL {paper['kl']:.2f}{budget} | {our_cell} "
+            f"| {control} | {moved} |")
 
 
 def paper_2_row(summary: dict | None) -> str:

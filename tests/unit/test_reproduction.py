@@ -26,7 +26,9 @@ def test_a_paper_1_row_reads_the_ledger_and_the_point_at_the_papers_kl():
     row = paper_1_row("ioi", ledger_summary([55.5, 55.5, 30.0, 72.2], [0.05, 1.2, 0.3, 0.08]))
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[1].startswith("≈ 9 %")
-    assert cells[2] == "55.5 % kept at soft-mask KL 0.05"
+    assert cells[2] == "55.5 % kept (m ≥ 1e-3) at soft-mask KL 0.05"
+    with_run = ledger_summary([55.5, 55.5, 30.0, 72.2], [0.05, 1.2, 0.3, 0.08]) | {"paper_recipe_run": dict(steps=600, batch=16)}
+    assert paper_1_row("ioi", with_run).split("|")[3].strip().endswith("KL 0.05, 600 steps of 16")
     assert cells[3] == "72.2 % kept at held-out KL 0.08" and cells[4] == "same count at random: KL 0.98"
     assert cells[5] == "ours: 30.0 % → 72.2 % kept"
     no_point = ledger_summary([55.5, 55.5, 30.0, 72.2], [0.05, 1.2, 0.3, 0.08]) | {"at_paper_kl": None}
