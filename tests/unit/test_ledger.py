@@ -59,7 +59,8 @@ def paper_rule_oracle(model, masked, task, m_ov, m_mlp, m_qk=None):
              (f"blocks.{last}.mlp.out.hook_out", mix("mlp.out.hook_out", m_mlp))]
     if m_qk is not None:
         hooks.append((f"blocks.{last}.attn.hook_q", lambda q, hook: m_qk * q))
-    return masked.final_logits(task.clean, task.answer_pos, hooks)
+    with torch.no_grad():
+        return masked.final_logits(task.clean, task.answer_pos, hooks)
 
 
 @pytest.mark.parametrize("name", ["tiny-gpt2", "tiny-llama"])
@@ -69,8 +70,9 @@ def test_the_papers_mixed_rule_with_soft_masks_equals_patching_by_hand(name):
     task = ioi_task(model, 6, seed=2)
     evaluator = CircuitEvaluator(masked, task, AblationRule.paper())
     masks = hand_masks(model, qk=True)
-    out = masked.masked_final_logits(FixedMasks.soft(masks), evaluator.rule, task.clean, task.answer_pos,
-                                     evaluator.prepared.references)
+    with torch.no_grad():
+        out = masked.masked_final_logits(FixedMasks.soft(masks), evaluator.rule, task.clean, task.answer_pos,
+                                         evaluator.prepared.references)
     expected = paper_rule_oracle(model, masked, task, M_OV, M_MLP, M_QK)
     torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4 * float(expected.abs().max()))
 
