@@ -124,12 +124,14 @@ class CircuitEvaluator:
         return rows
 
 
-def evaluate_circuit(evaluator: CircuitEvaluator, circuit: FixedMasks, control_seeds: int = 3) -> dict:
+def evaluate_circuit(evaluator: CircuitEvaluator, circuit: FixedMasks, control_seeds: int = 3, scored=None) -> dict:
     """One binarised circuit on the held-out prompts: KL, metric, accuracy, counts per kind, and the mean
-    of ``control_seeds`` random circuits with the same number of kept directions in every block."""
+    of ``control_seeds`` random circuits with the same number of kept directions in every block.
+    ``scored``: masks scored in the circuit's place (the soft masks it binarises, say); the circuit still
+    gives the counts and the controls."""
     total = circuit.count()
     n_keep = int(sum(float(v.sum()) for v in circuit.blocks.values()))
-    row = dict(kept=n_keep, kept_fraction=n_keep / total, **evaluator.evaluate(circuit),
+    row = dict(kept=n_keep, kept_fraction=n_keep / total, **evaluator.evaluate(circuit if scored is None else scored),
                **{f"kept_{k}": v for k, v in kept_by_kind(circuit).items()})
     controls = [evaluator.evaluate(random_like(circuit, seed)) for seed in range(control_seeds)]
     row.update(random_kl=float(np.mean([c["kl"] for c in controls])),

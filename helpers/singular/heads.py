@@ -16,6 +16,7 @@ import torch
 from helpers.singular.augmented import homogeneous, numerically_zero, ov_factors, qk_factors, svd_of_product
 from helpers.singular.circuits import CircuitEvaluator
 from helpers.singular.masks import FixedMasks
+from helpers.singular.tasks import ioi_positions
 from helpers.core.weights import input_hook, layer_weights
 
 
@@ -38,8 +39,6 @@ as to the subject's two mentions together (S1 + S2), and its direct logit attrib
 
 def end_attention(model, task) -> dict[str, torch.Tensor]:
     """{role: [n_layers, n_heads]} mean attention of the answer position to each IOI role's position."""
-    from helpers.singular.tasks import ioi_positions
-
     roles = ioi_positions(task)
     names = [f"blocks.{layer}.attn.hook_pattern" for layer in range(model.n_layers)]
     with torch.no_grad():
@@ -81,12 +80,16 @@ def choose_name_mover(table: pd.DataFrame) -> tuple[int, int] | None:
 def choose_control_head(table: pd.DataFrame, layer: int, head: int) -> tuple[int, int]:
     """The control of a case-study head: among heads that are not name movers and write nothing toward IO − S
     (attribution ≤ 0), the one whose mask mass is closest to the case-study head's."""
-    target = float(table[(table["layer"] == layer) & (table["head"] == head)]["mask_mass"].iloc[0])
+    target = float(_head_row(table, layer, head)["mask_mass"])
     pool = table[~table["name_mover"] & (table["attribution"] <= 0)]
     if pool.empty:
         raise ValueError("every head is a name mover or writes toward IO − S: no control head")
-    best = pool.iloc[(pool["mask_mass"] - target).abs().argsort(kind="stable").iloc[0]]
+    best = pool.loc[(pool["mask_mass"] - target).abs().idxmin()]  # the first of equals
     return int(best["layer"]), int(best["head"])
+
+
+def _head_row(table: pd.DataFrame, layer: int, head: int) -> pd.Series:
+    return table[(table["layer"] == layer) & (table["head"] == head)].iloc[0]
 
 
 def specificity(head: list[dict], control: list[dict]) -> pd.DataFrame:
@@ -271,7 +274,7 @@ def resolve_case_study_head(model, given, table: pd.DataFrame) -> tuple[int, int
 
 
 def is_name_mover(table: pd.DataFrame, layer: int, head: int) -> bool:
-    return bool(table[(table["layer"] == layer) & (table["head"] == head)]["name_mover"].iloc[0])
+    return bool(_head_row(table, layer, head)["name_mover"])
 
 
 def head_evidence(model, evaluator: CircuitEvaluator, spectra: dict, masks, task, layer: int, head: int,
@@ -279,8 +282,6 @@ def head_evidence(model, evaluator: CircuitEvaluator, spectra: dict, masks, task
     """The case-study pipeline for one head on ``task`` (the evaluator's held-out prompts): its reading, the
     directions studied (``choose_directions`` on its masks), their terms by IOI role, one-at-a-time
     ablations against σ-matched controls, and the subfunction verdicts (``subfunction_evidence``)."""
-    from helpers.singular.tasks import ioi_positions
-
     m_ov, m_qk = masks.values(layer, "ov")[head].detach(), masks.values(layer, "qk")[head].detach()
     reading = HeadReading(model, task.clean, task.answer_pos, layer, head)
     chosen = choose_directions(m_ov, m_qk, reading.ov_null, n_directions)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from helpers.singular.circuits import CircuitEvaluator, random_like
+from helpers.singular.circuits import CircuitEvaluator, evaluate_circuit
 from helpers.singular.masks import DirectionMasks, FixedMasks
 
 PAPER_KEPT = 1e-3
@@ -41,18 +41,12 @@ def relative_sparsity(kept: int, total: int) -> float:
     return 1.0 - kept / total
 
 
-def ledger_row(evaluator: CircuitEvaluator, evaluated, kept: FixedMasks, control_seeds: int = 3) -> dict:
-    """Scores of the masks ``evaluated`` (soft or binary) on the evaluator's prompts, the number of
-    directions ``kept`` counts, and the mean of ``control_seeds`` random binary circuits of that count."""
-    n_kept = int(sum(float(v.sum()) for v in kept.blocks.values()))
-    total = kept.count()
-    scores = evaluator.evaluate(evaluated)
-    controls = [evaluator.evaluate(random_like(kept, seed)) for seed in range(control_seeds)]
-    return dict(rule=evaluator.rule.name, kept=n_kept, kept_percent=100.0 * n_kept / total,
-                relative_sparsity=relative_sparsity(n_kept, total), **scores,
-                random_kl=float(np.mean([c["kl"] for c in controls])),
-                random_metric=float(np.mean([c["metric"] for c in controls])),
-                random_accuracy=float(np.mean([c["accuracy"] for c in controls])))
+def ledger_row(evaluator: CircuitEvaluator, kept: FixedMasks, control_seeds: int = 3, scored=None) -> dict:
+    """``evaluate_circuit`` of the binary circuit ``kept`` (or of the masks ``scored`` in its place, soft
+    say) under the evaluator's rule, with the rule's name, kept % and relative sparsity."""
+    row = evaluate_circuit(evaluator, kept, control_seeds, scored=scored)
+    return dict(rule=evaluator.rule.name, **row, kept_percent=100.0 * row["kept_fraction"],
+                relative_sparsity=relative_sparsity(row["kept"], kept.count()))
 
 
 def factor_table(paper_evaluator: CircuitEvaluator, our_evaluator: CircuitEvaluator, paper_masks: DirectionMasks,
@@ -64,10 +58,10 @@ def factor_table(paper_evaluator: CircuitEvaluator, our_evaluator: CircuitEvalua
         raise ValueError("the two evaluators hold different prompts: every row must be scored on the same held-out set")
     paper_kept = FixedMasks.at_least(paper_masks, PAPER_KEPT)
     rows = [
-        ledger_row(paper_evaluator, FixedMasks.soft(paper_masks), paper_kept, control_seeds),
-        ledger_row(paper_evaluator, paper_kept, paper_kept, control_seeds),
-        ledger_row(paper_evaluator, *[FixedMasks.binarised(hard_concrete_paper_masks)] * 2, control_seeds),
-        ledger_row(our_evaluator, *[FixedMasks.binarised(our_masks)] * 2, control_seeds),
+        ledger_row(paper_evaluator, paper_kept, control_seeds, scored=FixedMasks.soft(paper_masks)),
+        ledger_row(paper_evaluator, paper_kept, control_seeds),
+        ledger_row(paper_evaluator, FixedMasks.binarised(hard_concrete_paper_masks), control_seeds),
+        ledger_row(our_evaluator, FixedMasks.binarised(our_masks), control_seeds),
     ]
     table = pd.DataFrame(rows)
     table.insert(0, "step", [name for name, _ in STEPS])

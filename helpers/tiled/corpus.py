@@ -93,14 +93,13 @@ def _keep(paragraphs: list[str], dropped: Counter) -> list[str]:
     return kept
 
 
-def python_docs_paragraphs(dropped: Counter | None = None) -> list[str]:
+def python_docs_paragraphs(dropped: Counter) -> list[str]:
     from pydoc_data.topics import topics
 
-    dropped = Counter() if dropped is None else dropped
     return _keep([p for key in sorted(topics) for p in _paragraphs(topics[key], dropped)], dropped)
 
 
-def wikitext_paragraphs(dropped: Counter | None = None) -> list[str]:
+def wikitext_paragraphs(dropped: Counter) -> list[str]:
     try:
         from datasets import load_dataset
 
@@ -109,11 +108,10 @@ def wikitext_paragraphs(dropped: Counter | None = None) -> list[str]:
         raise RuntimeError(f"corpus 'wikitext-2' needs the Hugging Face hub (or its local cache), which failed: "
                            f"{type(error).__name__}: {error}. Use corpus='python-docs' (offline), a local text "
                            f"file/folder path, or a local copy of WikiText-2 raw (wiki.train.raw).") from error
-    dropped = Counter() if dropped is None else dropped
     return _keep(_wikitext_paragraphs(rows, dropped), dropped)
 
 
-def local_paragraphs(path: str | os.PathLike, dropped: Counter | None = None) -> list[str]:
+def local_paragraphs(path: str | os.PathLike, dropped: Counter) -> list[str]:
     """Paragraphs of a local file, or of every text file under a folder. A file in WikiText's layout
     (``is_wikitext``) is read a line at a time, as the paper read WikiText-2; any other file by blank-line
     separated blocks."""
@@ -127,7 +125,6 @@ def local_paragraphs(path: str | os.PathLike, dropped: Counter | None = None) ->
                                 f"file or folder")
     if not files:
         raise ValueError(f"corpus folder {str(path)!r} holds no {'/'.join(TEXT_SUFFIXES)} files")
-    dropped = Counter() if dropped is None else dropped
     paragraphs = []
     for f in files:
         text = f.read_text(encoding="utf-8", errors="replace")

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from helpers.core.logits import lens
 from helpers.core.weights import final_norm
 from helpers.tiled.steer import SteerTexts, last_token_logits, spearman, steered_change, top_jaccard
 from helpers.tiled.verdicts import rule_a, rule_b1, rule_c1
@@ -70,8 +71,6 @@ def released_c(model, plans, results: dict, texts: SteerTexts, thresholds: dict,
     ``RELEASED_MOUNTS`` tile mounts of largest energy lift over the first ``RELEASED_TEXTS`` texts, under
     both lenses (means over the mounts), and of our mount (largest σ, every text) under the released lens.
     ``results`` is ``SiteStatistics.results()`` of the same plans."""
-    from helpers.core.logits import lens
-
     t = thresholds["C"]
     few = SteerTexts(texts.tokens[:RELEASED_TEXTS], texts.last[:RELEASED_TEXTS])
     base_all, base_few = last_token_logits(model, texts), last_token_logits(model, few)

@@ -32,9 +32,13 @@ class Sweep:
         (``helpers.tiled.judges``: ours by default)."""
         return verdicts(self, judge)
 
-    def pass_counts(self, judge=OUR_JUDGE) -> dict:
-        v = self.verdicts(judge)
-        return {site: dict(passed=int(g["pass"].sum()), total=len(g)) for site, g in v.groupby("site", sort=False)}
+    def pass_counts(self, judge=OUR_JUDGE, searched: bool = False) -> dict:
+        """{site: {passed, total}} under ``judge``, or (``searched``) after the released width search."""
+        if searched and self.search is None:
+            raise ValueError(f"sweep {self.record.get('label')!r} ran no width search (sweep(..., search=...))")
+        v = self.search if searched else self.verdicts(judge)
+        return {site: dict(passed=int(g["pass"].astype(bool).sum()), total=len(g))
+                for site, g in v.groupby("site", sort=False)}
 
 
 def sweep(model, sample, thresholds: dict, layers=None, sites=None, n_texts: int = 16, seed: int = 0,
@@ -157,9 +161,11 @@ def control_sweeps(name: str, controls, sample, thresholds: dict, layers=None, n
     return sweeps, seconds
 
 
-def pass_counts_table(sweeps: dict[str, Sweep], judge=OUR_JUDGE) -> pd.DataFrame:
-    """Site × label: "passed/total" of every sweep (real model and controls side by side)."""
-    return pd.DataFrame({label: {site: f"{c['passed']}/{c['total']}" for site, c in result.pass_counts(judge).items()}
+def pass_counts_table(sweeps: dict[str, Sweep], judge=OUR_JUDGE, searched: bool = False) -> pd.DataFrame:
+    """Site × label: "passed/total" of every sweep (real model and controls side by side), under ``judge``
+    or (``searched``) after the released width search."""
+    return pd.DataFrame({label: {site: f"{c['passed']}/{c['total']}"
+                                 for site, c in result.pass_counts(judge, searched).items()}
                          for label, result in sweeps.items()})
 
 

@@ -211,5 +211,9 @@ def test_trials_needed_counts_passes_by_trial_and_failures():
     result.search = pd.DataFrame(dict(layer=[6, 7, 8], site="attn.q", trials=[1, 3, 3], **{"pass": [True, True, False]}))
     table = trials_needed({"model": result}).set_index("outcome")
     assert table["model"].to_dict() == {"passed at trial 1": 1, "passed at trial 3": 1, "failed after every trial": 1}
+    assert result.pass_counts(searched=True) == {"attn.q": dict(passed=2, total=3)}
+    assert result.pass_counts() == {"attn.o": dict(passed=3, total=3)}  # the verdicts, not the search table
+    with pytest.raises(ValueError, match="no width search"):
+        sweep_of([0.3], [FLAT], [0.3]).pass_counts(searched=True)
     with pytest.raises(ValueError, match="no width search"):
         trials_needed({"model": sweep_of([0.3], [FLAT], [0.3])})

@@ -63,12 +63,17 @@ def paper_rule_oracle(model, masked, task, m_ov, m_mlp, m_qk=None):
         return masked.final_logits(task.clean, task.answer_pos, hooks)
 
 
-@pytest.mark.parametrize("name", ["tiny-gpt2", "tiny-llama"])
-def test_the_papers_mixed_rule_with_soft_masks_equals_patching_by_hand(name):
+def paper_setup(name):
+    """A tiny model, its masked runner, six IOI prompts and their evaluator under the paper's rule."""
     model = cached_model(name, "fold_norm")
     masked = MaskedModel(model)
     task = ioi_task(model, 6, seed=2)
-    evaluator = CircuitEvaluator(masked, task, AblationRule.paper())
+    return model, masked, task, CircuitEvaluator(masked, task, AblationRule.paper())
+
+
+@pytest.mark.parametrize("name", ["tiny-gpt2", "tiny-llama"])
+def test_the_papers_mixed_rule_with_soft_masks_equals_patching_by_hand(name):
+    model, masked, task, evaluator = paper_setup(name)
     masks = hand_masks(model, qk=True)
     with torch.no_grad():
         out = masked.masked_final_logits(FixedMasks.soft(masks), evaluator.rule, task.clean, task.answer_pos,
@@ -79,10 +84,7 @@ def test_the_papers_mixed_rule_with_soft_masks_equals_patching_by_hand(name):
 
 @pytest.mark.parametrize("name", ["tiny-gpt2", "tiny-llama"])
 def test_the_ledgers_first_rows_score_soft_then_binarised_masks_and_count_kept_at_1e_3(name):
-    model = cached_model(name, "fold_norm")
-    masked = MaskedModel(model)
-    task = ioi_task(model, 6, seed=2)
-    paper = CircuitEvaluator(masked, task, AblationRule.paper())
+    model, masked, task, paper = paper_setup(name)
     ours = CircuitEvaluator(masked, task, AblationRule.uniform())
     masks = hand_masks(model)
     others = DirectionMasks(model, parametrisation="hard_concrete")
