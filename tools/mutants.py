@@ -64,6 +64,12 @@ MUTANTS = [  # (file, original text, mutated text, tests to run, what the mutant
  ('helpers/tiled/corpus.py', '        paragraphs += (_wikitext_paragraphs(text.splitlines(), dropped) if is_wikitext(f, text)\n                       else _paragraphs(text, dropped))', '        paragraphs += _paragraphs(text, dropped)', 'tests/unit/test_corpus.py', 'WikiText files read as blank-line paragraphs'),
  ('helpers/singular/heads.py', 'and io >= criterion["io_over_s"] * s', 'and io >= s', 'tests/unit/test_heads.py', 'name mover: IO attention only above S'),
  ('helpers/singular/heads.py', '"not specific (the control head passes too)" if theirs["supported"] else "supported"', '"supported"', 'tests/unit/test_heads.py', 'control head ignored'),
+ ('helpers/singular/scoring.py', 'key = flat.abs() if ranking == "absolute" else flat', 'key = flat if ranking == "absolute" else flat.abs()', 'tests/unit/test_circuit_files.py', 'signed and absolute rankings swapped'),
+ ('helpers/singular/scoring.py', 'out[f"cmd_{axis}"] = area(p, (1 - f).abs(), axis, at_zero=1.0)', 'out[f"cmd_{axis}"] = area(p, (1 - f).abs(), axis, at_zero=0.0)', 'tests/unit/test_circuit_files.py', 'CMD starts at |1 − f(0)| = 0'),
+ ('helpers/singular/scoring.py', 'faithfulness=(metric - empty) / (full - empty)', 'faithfulness=metric / full', 'tests/unit/test_circuit_files.py', 'faithfulness not relative to the empty circuit'),
+ ('helpers/singular/circuit_files.py', '    if saved["weights_sha256"] != model.weights_sha256:', '    if False:', 'tests/unit/test_circuit_files.py', 'circuit loaded on other weights'),
+ ('helpers/evaluate.py', '    keep = [i for i, prompt in enumerate(task.prompts) if prompt not in used]', '    keep = list(range(len(task)))', 'tests/unit/test_circuit_files.py', 'evaluator scores prompts the circuit was trained on'),
+]
 ]
 
 

@@ -6,6 +6,7 @@ tokenizer and the weight processing chosen for the run (see ``helpers.core.weigh
 """
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import logging
@@ -14,6 +15,7 @@ import shutil
 import socket
 import urllib.parse
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import torch
@@ -112,6 +114,19 @@ class LoadedModel:
     @property
     def config(self):
         return self.hf_model.config
+
+    @cached_property
+    def weights_sha256(self) -> str:
+        """sha256 of the loaded checkpoint's parameters as they are (before any processing, which acts when
+        weights are read): every tensor's name, dtype, shape and bytes, in name order. One rule for every
+        source (a converted GGUF, a hub folder, a tiny seeded model), so saved results can name the exact
+        weights they were computed on. About a second per 500 MB."""
+        digest = hashlib.sha256()
+        for name, tensor in sorted(self.hf_model.state_dict().items()):
+            t = tensor.detach().cpu().contiguous()
+            digest.update(f"{name}|{t.dtype}|{tuple(t.shape)}\n".encode())
+            digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+        return digest.hexdigest()
 
     @property
     def architecture(self) -> str:

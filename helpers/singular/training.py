@@ -120,11 +120,16 @@ def masking_run(masked: MaskedModel, task_name: str, n_prompts: int, rule: Ablat
     """Notebook 02's run as one call: the task (``n_prompts``, ``seed``), its half/half training and held-out
     split, and masks trained on the training half (loaded when a run with the same configuration exists).
     Returns (train, held_out, masks, history)."""
-    check_prompt_count(n_prompts, 2, " (half of them train the masks, the other half is held out)")
-    task = make_task(task_name, masked.model, n_prompts, seed=seed)
-    train, held_out = task.split(0.5, seed=seed)
+    train, held_out = masking_prompts(masked.model, task_name, n_prompts, seed)
     masks, history = train_masks(masked, train, rule, config, progress=progress)
     return train, held_out, masks, history
+
+
+def masking_prompts(model, task_name: str, n_prompts: int, seed: int = 0) -> tuple[Task, Task]:
+    """The (training, held-out) prompts of a masking run: ``n_prompts`` of the task from ``seed``, split half/half
+    with the same seed."""
+    check_prompt_count(n_prompts, 2, " (half of them train the masks, the other half is held out)")
+    return make_task(task_name, model, n_prompts, seed=seed).split(0.5, seed=seed)
 
 
 def training_key(model, task: Task, rule: AblationRule, config: TrainConfig) -> str:

@@ -1,0 +1,116 @@
+"""Score a direction-circuit file on fresh held-out prompts of its task (docs/methods.md §1.7).
+
+    python -m helpers.evaluate CIRCUIT.safetensors [--prompts 96] [--seed S] [--control-seeds 3]
+                                                   [--ranking signed] [--weights-dir DIR] [--json OUT]
+
+The file names its model, weights, processing, ablation rule and task; the model is loaded from the registry
+(``--weights-dir`` for hub models kept in a local folder) and refused if its weights differ. The prompts are
+``--prompts`` new prompts of the task drawn with ``--seed`` (default: the training seed + 1), without any
+prompt of the run that trained the circuit. Printed: KL, task metric and accuracy with the same-count random
+control, the faithfulness f(k) of the circuit's ranking against random rankings, and CPR/CMD on a linear and
+a log axis (``helpers.singular.scoring``).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from helpers.core.cache import atomic_write_json
+from helpers.core.models import ModelUnavailableError, load_model
+from helpers.pipeline import summary_value
+from helpers.singular.circuit_files import check_model, circuit_prompts, load_circuit
+from helpers.singular.circuits import CircuitEvaluator
+from helpers.singular.masks import MaskedModel
+from helpers.singular.scoring import PERCENTS, RANKINGS, FaithfulnessScorer
+from helpers.singular.tasks import check_prompt_count, make_task
+
+
+def fresh_prompts(circuit, model, n_prompts: int, seed: int):
+    """``n_prompts`` prompts of the circuit's task from ``seed``, minus every prompt of its own run (training
+    and held-out). Returns (task, how many were removed)."""
+    check_prompt_count(n_prompts, 1)
+    if seed == circuit.metadata["task"]["seed"]:
+        raise ValueError(f"seed={seed} is the seed the circuit was trained with: its prompts are not fresh; "
+                         f"pass another --seed")
+    train, held_out = circuit_prompts(circuit, model)
+    used = set(train.prompts) | set(held_out.prompts)
+    task = make_task(circuit.metadata["task"]["name"], model, n_prompts, seed=seed)
+    keep = [i for i, prompt in enumerate(task.prompts) if prompt not in used]
+    if not keep:
+        raise ValueError(f"all {n_prompts} prompts from seed {seed} occur in the circuit's own run; pass more --prompts")
+    return task.subset(keep), len(task) - len(keep)
+
+
+def evaluate_file(path: str | Path, n_prompts: int = 96, seed: int | None = None, control_seeds: int = 3,
+                  ranking: str = "signed", percents=PERCENTS, weights_dir=None, device: str = "cpu", model=None) -> dict:
+    """The evaluator as a function: the numbers ``python -m helpers.evaluate`` prints, as a dict. ``model``: an
+    already loaded model (checked against the file) instead of loading the file's."""
+    circuit = load_circuit(path)
+    saved = circuit.metadata["model"]
+    if model is None:
+        model = load_model(saved["model"], processing=saved["processing"], weights_dir=weights_dir, device=device)
+    check_model(circuit, model, path)
+    seed = circuit.metadata["task"]["seed"] + 1 if seed is None else seed
+    prompts, removed = fresh_prompts(circuit, model, n_prompts, seed)
+    scorer = FaithfulnessScorer(CircuitEvaluator(MaskedModel(model), prompts, circuit.rule()), control_seeds, percents, ranking)
+    result = scorer.score(circuit.fixed(), circuit.scores)
+    return dict(file=str(path), label=circuit.metadata["label"], model=saved["model"], task=circuit.metadata["task"]["name"],
+                ablation_rule=circuit.metadata["ablation_rule"]["name"], kept_rule=circuit.metadata["kept_rule"],
+                seed=seed, n_prompts=len(prompts), removed_as_seen=removed, **result)
+
+
+def report(result: dict) -> str:
+    """The printed table of one evaluation."""
+    c = result["circuit"]
+    lines = [
+        f"{result['file']}: {result['label']} — {result['model']}, {result['task']}, rule {result['ablation_rule']}",
+        f"kept: {c['kept']:,} of {round(c['kept'] / c['kept_fraction']):,} directions ({100 * c['kept_fraction']:.2f} %; "
+        f"{result['kept_rule']})",
+        f"{result['n_prompts']} fresh prompts (seed {result['seed']}; {result['removed_as_seen']} removed as seen in "
+        f"training); evaluator version {result['evaluator_version']}",
+        "",
+        pd.DataFrame([dict(circuit="circuit", kl=c["kl"], metric=c["metric"], accuracy=c["accuracy"]),
+                      dict(circuit="same-count random", kl=c["random_kl"], metric=c["random_metric"],
+                           accuracy=c["random_accuracy"]),
+                      dict(circuit="full model", kl=0.0, metric=c["full_metric"], accuracy=c["full_accuracy"])]
+                     ).to_string(index=False, float_format=lambda v: f"{v:.4f}"),
+        "",
+        f"faithfulness over directions, ranking {result['ranking']} (m(N) = {result['full_metric']:.4f}, "
+        f"m(∅) = {result['empty_metric']:.4f}):",
+        result["curve"].merge(result["random_curve"][["percent", "faithfulness"]], on="percent", suffixes=("", "_random"))
+        .to_string(index=False, float_format=lambda v: f"{v:.4f}"),
+        "",
+        result["areas"].to_string(index=False, float_format=lambda v: f"{v:.4f}"),
+        "(directions, not edges: not comparable with MIB's leaderboard)",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m helpers.evaluate", description=__doc__.split("\n\n")[0])
+    parser.add_argument("circuit", help="a circuit file (.safetensors) written by notebook 02 or save_circuit")
+    parser.add_argument("--prompts", type=int, default=96, help="fresh prompts to draw (default 96)")
+    parser.add_argument("--seed", type=int, default=None, help="seed of the fresh prompts (default: training seed + 1)")
+    parser.add_argument("--control-seeds", type=int, default=3, help="random controls (default 3)")
+    parser.add_argument("--ranking", choices=RANKINGS, default="signed", help="how scores rank directions")
+    parser.add_argument("--weights-dir", default=None, help="local Hugging Face folder for a hub model")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--json", default=None, help="also write the numbers to this JSON file")
+    args = parser.parse_args(argv)
+    try:
+        result = evaluate_file(args.circuit, args.prompts, args.seed, args.control_seeds, args.ranking,
+                               weights_dir=args.weights_dir, device=args.device)
+    except (FileNotFoundError, ValueError, ModelUnavailableError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(report(result))
+    if args.json:
+        atomic_write_json(Path(args.json), {k: summary_value(v) for k, v in result.items()})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
