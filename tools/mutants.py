@@ -70,7 +70,6 @@ MUTANTS = [  # (file, original text, mutated text, tests to run, what the mutant
  ('helpers/singular/circuit_files.py', '    if saved["weights_sha256"] != model.weights_sha256:', '    if False:', 'tests/unit/test_circuit_files.py', 'circuit loaded on other weights'),
  ('helpers/evaluate.py', '    keep = [i for i, prompt in enumerate(task.prompts) if prompt not in used]', '    keep = list(range(len(task)))', 'tests/unit/test_circuit_files.py', 'evaluator scores prompts the circuit was trained on'),
 ]
-]
 
 
 def main(selected: list[str]) -> int:
