@@ -82,6 +82,24 @@ def plot_faithfulness(curve, paper_kl: float, metric_label: str, trained=None):
     return fig
 
 
+def plot_faithfulness_by_percent(curves):
+    """MIB-style f(k) of each circuit's ranking (``helpers.singular.scoring.faithfulness_curves``) against the
+    mean of random rankings under the same rule, on a log axis of % of directions."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.2))
+    for i, (label, part) in enumerate(curves.groupby("circuit", sort=False)):
+        ax.plot(part["percent"], part["faithfulness"], "o-", color=f"C{i}", ms=3, label=label)
+        ax.plot(part["percent"], part["random_faithfulness"], ":", color=f"C{i}", lw=1)
+    ax.axhline(1, color="black", lw=0.8)
+    ax.axhline(0, color="grey", lw=0.8)
+    ax.set(xscale="log", xlabel="% of singular directions kept (top by the circuit's score)",
+           ylabel="faithfulness f(k)", title="solid: the circuit's ranking; dotted: random rankings, same rule")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.tight_layout()
+    return fig
+
+
 def plot_head_heatmap(values, title: str, label: str, marked=None):
     """A layer × head heatmap; ``marked`` heads [(layer, head), ...] get a box."""
     import matplotlib.pyplot as plt

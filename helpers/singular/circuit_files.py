@@ -18,16 +18,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
 
-from helpers.core.cache import atomic_file
+from helpers.core.cache import atomic_file, sha256_file
 from helpers.singular.augmented import direction_shapes
+from helpers.singular.ledger import PAPER_KEPT
 from helpers.singular.masks import AblationRule, DirectionMasks, FixedMasks
 from helpers.singular.scoring import EVALUATOR_VERSION
-from helpers.singular.training import masking_prompts
+from helpers.singular.training import MaskingRun, masking_prompts
 
 FILE_FORMAT = "singular-direction-circuit"
 FORMAT_VERSION = 1
@@ -36,6 +37,8 @@ SVD_CONVENTION = ("augmented QK/OV/MLP matrices (docs/methods.md §1.1), thin SV
                   "positive; a mask scales the coefficient along a write direction (mask format 1)")
 """What a direction index refers to. A change here (another SVD, order or mask hook) must change this text,
 so that files written under the old convention are refused instead of silently re-read."""
+KEPT_AT_HALF = "eval-mode mask > 0.5 (logit > 0): the trained masks' own binarisation"
+KEPT_PAPER = f"m = sigmoid(logit) ≥ {PAPER_KEPT:g}: paper 1's released 'active' rule"
 SCORE = "mask logit (signed: larger = more kept; eval-mode mask = its parametrisation applied to it)"
 
 
@@ -191,3 +194,65 @@ def circuit_prompts(circuit: Circuit, model):
     train, held_out = masking_prompts(model, task["name"], task["n_prompts"], task["seed"])
     check_prompts(circuit, train, held_out)
     return train, held_out
+
+
+def circuit_label(task_name: str, recipe: str, alpha: float | None = None) -> str:
+    """The file stem of one of notebook 02's circuits: ``<task>-ours-alpha<α>``, ``<task>-paper-recipe`` or
+    ``<task>-ours-paper-rule``."""
+    if recipe == "ours":
+        return f"{task_name}-ours-alpha{alpha:.4g}"
+    if recipe in ("paper-recipe", "ours-paper-rule"):
+        return f"{task_name}-{recipe}"
+    raise ValueError(f"recipe={recipe!r} is not 'ours', 'paper-recipe' or 'ours-paper-rule'")
+
+
+def default_circuit(task_name: str, model_name: str, figures: str | Path = "../figures") -> Path:
+    """The circuit notebooks 03 and 06 read unless told otherwise: notebook 02's default run (our recipe at the
+    declared α) on ``task_name`` and ``model_name``, where the figure pipeline writes it."""
+    return (Path(figures) / f"02_masking-{task_name}-{model_name}" / "circuits"
+            / f"{circuit_label(task_name, 'ours', MaskingRun().alpha)}.safetensors")
+
+
+def run_circuits(model, task_name: str, train, held_out, run, trained: dict, paper: tuple, paper_rule: tuple) -> list[Circuit]:
+    """Every circuit notebook 02 reports: one per α of the sweep (``trained``: α → masks, trained as ``run``
+    with that α, kept at logit > 0), the paper's recipe (``paper`` = (run, masks), kept at m ≥ 1e-3) and our
+    training under the paper's rule (``paper_rule`` = (run, masks), kept at logit > 0)."""
+    circuits = [make_circuit(model, masks, FixedMasks.binarised(masks), KEPT_AT_HALF, run.rule(),
+                             replace(run, alpha=float(alpha)), task_name, train, held_out,
+                             circuit_label(task_name, "ours", alpha)) for alpha, masks in trained.items()]
+    (paper_run, paper_masks), (rule_run, rule_masks) = paper, paper_rule
+    circuits.append(make_circuit(model, paper_masks, FixedMasks.at_least(paper_masks, PAPER_KEPT), KEPT_PAPER,
+                                 paper_run.rule(), paper_run, task_name, train, held_out,
+                                 circuit_label(task_name, "paper-recipe")))
+    circuits.append(make_circuit(model, rule_masks, FixedMasks.binarised(rule_masks), KEPT_AT_HALF, rule_run.rule(),
+                                 rule_run, task_name, train, held_out, circuit_label(task_name, "ours-paper-rule")))
+    return circuits
+
+
+def write_circuits(circuits: list[Circuit], folder: str | Path) -> list[dict]:
+    """Save each circuit as ``<folder>/<label>.safetensors``; returns one record per file (label, file,
+    sha256, kept) for the run's summary."""
+    records = []
+    for circuit in circuits:
+        path = save_circuit(circuit, Path(folder) / f"{circuit.metadata['label']}.safetensors")
+        records.append(dict(label=circuit.metadata["label"], file=path.name, sha256=sha256_file(path),
+                            kept=circuit.n_kept(), kept_fraction=circuit.n_kept() / circuit.count(),
+                            rule=circuit.metadata["ablation_rule"]["name"], kept_rule=circuit.metadata["kept_rule"]))
+    return records
+
+
+def mark_in_circuit(directions, circuit: Circuit, kind: str = "ov"):
+    """``directions`` (a table with layer, head, direction columns, e.g. receptors) with two columns more:
+    ``in_circuit`` (the circuit keeps that direction of ``kind``) and ``circuit_score`` (its mask logit)."""
+    rows = list(directions[["layer", "head", "direction"]].itertuples(index=False))
+    kept = [bool(circuit.kept[f"{r.layer}_{kind}"][r.head, r.direction]) for r in rows]
+    score = [float(circuit.scores[f"{r.layer}_{kind}"][r.head, r.direction]) for r in rows]
+    return directions.assign(in_circuit=kept, circuit_score=score)
+
+
+def kept_fraction(circuit: Circuit, kind: str) -> float:
+    """The fraction of all directions of ``kind`` the circuit keeps (the base rate for ``mark_in_circuit``)."""
+    blocks = [v for name, v in circuit.kept.items() if name.split("_", 1)[1] == kind]
+    if not blocks:
+        raise ValueError(f"the circuit has no {kind!r} blocks; kinds: {sorted({n.split('_', 1)[1] for n in circuit.kept})}")
+    return sum(int(v.sum()) for v in blocks) / sum(v.numel() for v in blocks)

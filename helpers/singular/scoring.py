@@ -158,3 +158,36 @@ class FaithfulnessScorer:
                               dict(ranking=f"random (mean of {self.control_seeds})", **random_areas)])
         return dict(circuit=row, full_metric=ends[0], empty_metric=ends[1], curve=curve, random_curve=random_curve,
                     areas=areas, ranking=self.ranking, percents=list(self.percents), evaluator_version=EVALUATOR_VERSION)
+
+
+def score_circuits(circuits, scorers: dict) -> dict[str, dict]:
+    """``FaithfulnessScorer.score`` of each circuit (``helpers.singular.circuit_files.Circuit``) with the scorer
+    of its ablation rule (``scorers``: rule name → scorer); keyed by the circuit's label."""
+    results = {}
+    for circuit in circuits:
+        rule = circuit.metadata["ablation_rule"]["name"]
+        if rule not in scorers:
+            raise ValueError(f"circuit {circuit.metadata['label']!r} uses the rule {rule!r}; scorers are given for "
+                             f"{sorted(scorers)}")
+        results[circuit.metadata["label"]] = scorers[rule].score(circuit.fixed(), circuit.scores)
+    return results
+
+
+def faithfulness_table(results: dict[str, dict]) -> pd.DataFrame:
+    """One row per circuit: kept %, held-out KL and metric against the same-count random control, and CPR/CMD
+    of its ranking against random rankings (both axes)."""
+    rows = []
+    for label, r in results.items():
+        c, (ours, rand) = r["circuit"], r["areas"].to_dict(orient="records")
+        rows.append(dict(circuit=label, kept_percent=100 * c["kept_fraction"], kl=c["kl"], random_kl=c["random_kl"],
+                         metric=c["metric"], random_metric=c["random_metric"],
+                         **{k: ours[k] for k in ours if k != "ranking"},
+                         **{f"random_{k}": rand[k] for k in rand if k != "ranking"}))
+    return pd.DataFrame(rows)
+
+
+def faithfulness_curves(results: dict[str, dict]) -> pd.DataFrame:
+    """Long table (circuit, percent, faithfulness, random_faithfulness) of every circuit's f(k)."""
+    return pd.concat([r["curve"][["percent", "faithfulness"]]
+                      .assign(random_faithfulness=r["random_curve"]["faithfulness"].to_numpy(), circuit=label)
+                      for label, r in results.items()], ignore_index=True)

@@ -309,3 +309,54 @@ def test_the_source_notebooks_hold_no_outputs():
         cells = json.loads(path.read_text())["cells"]
         dirty = [i for i, c in enumerate(cells) if c["cell_type"] == "code" and (c["outputs"] or c["execution_count"])]
         assert not dirty, f"{path.name}: cells {dirty} hold outputs; clear them (the pipeline writes executed copies)"
+
+
+TINY_CIRCUIT_RUNS = """
+[[runs]]
+name = "02_masking-ioi-tiny-llama"
+notebook = "02_masking.ipynb"
+parameters = { model_name = "tiny-llama", task_name = "ioi" }
+
+[[runs]]
+name = "02_masking-gender-tiny-llama"
+notebook = "02_masking.ipynb"
+parameters = { model_name = "tiny-llama", task_name = "gender" }
+
+[[runs]]
+name = "03_head_case_study-tiny-llama"
+notebook = "03_head_case_study.ipynb"
+parameters = { model_name = "tiny-llama" }
+after = ["02_masking-ioi-tiny-llama"]
+
+[[runs]]
+name = "06_steering-tiny-llama"
+notebook = "06_steering.ipynb"
+parameters = { model_name = "tiny-llama", interactive = false, min_separation = 0.0 }
+after = ["02_masking-gender-tiny-llama"]
+"""
+
+
+@pytest.mark.slow
+def test_notebook_02_writes_circuit_files_that_03_06_and_the_evaluator_read(tmp_path):
+    from helpers.evaluate import evaluate_file
+
+    folder = tmp_path / "notebooks"
+    folder.mkdir()
+    for name in ("02_masking.ipynb", "03_head_case_study.ipynb", "06_steering.ipynb"):
+        shutil.copy(NOTEBOOKS / name, folder)
+    (folder / "runs.toml").write_text(TINY_CIRCUIT_RUNS)
+    figures = tmp_path / "figures"
+    manifest = run_pipeline(folder / "runs.toml", figures_dir=figures, build_dir=tmp_path / "build", fast=True, log=print)
+    summaries = {r["name"]: r["summary"] for r in manifest["runs"]}
+    written = summaries["02_masking-ioi-tiny-llama"]["circuit_files"]
+    assert [c["label"] for c in written] == ["ioi-ours-alpha0.000195", "ioi-ours-alpha0.00039", "ioi-ours-alpha0.00078",
+                                             "ioi-paper-recipe", "ioi-ours-paper-rule"]
+    assert len(summaries["02_masking-ioi-tiny-llama"]["faithfulness_scores"]) == len(written)
+    read = summaries["03_head_case_study-tiny-llama"]["circuit_file"]
+    assert read["path"] == "02_masking-ioi-tiny-llama/circuits/ioi-ours-alpha0.000195.safetensors"
+    assert read["sha256"] == written[0]["sha256"]
+    assert summaries["06_steering-tiny-llama"]["circuit_file"]["label"] == "gender-ours-alpha0.000195"
+    for record in written:
+        result = evaluate_file(figures / "02_masking-ioi-tiny-llama" / "circuits" / record["file"], n_prompts=8,
+                               control_seeds=1, percents=(10, 100))
+        assert result["circuit"]["kept"] == record["kept"] and result["curve"]["faithfulness"].iloc[-1] == 1.0

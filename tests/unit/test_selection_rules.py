@@ -1,6 +1,6 @@
 """The rules that choose what a notebook reports, each against a hand-built case: the circuit drawn per
 head (02), the boxed heads and their mask mass (02), the case-study head and its directions (03), receptors
-fitted on one half and scored on the other (03, 06), the masking run 02 and 03 share, the controls of 04."""
+fitted on one half and scored on the other (03, 06), the declared masking run of 02, the controls of 04."""
 from types import SimpleNamespace
 
 import pandas as pd
@@ -102,7 +102,7 @@ def test_receptors_are_fitted_on_one_half_and_scored_on_the_other():
     torch.testing.assert_close(coefficients, measured(score)[0])
 
 
-def test_02_and_03_share_one_declared_masking_run():
+def test_the_declared_masking_run_of_02_and_its_overrides():
     run = MaskingRun.declared({}, seed=0)
     assert run == MaskingRun() and run.train_config() == TrainConfig(steps=300, batch=16, lr=0.05, alpha=1.95e-4,
                                                                      parametrisation="hard_concrete")
