@@ -173,3 +173,18 @@ def test_fresh_prompts_leave_out_every_prompt_of_the_circuits_run(monkeypatch):
     monkeypatch.setattr(evaluate, "make_task", lambda name, model, n, seed: real(name, model, n, seed=RUN.seed))
     with pytest.raises(ValueError, match="occur in the circuit's own run"):
         evaluate.fresh_prompts(circuit, model, RUN.n_prompts, seed=5)
+
+
+def test_receptors_are_marked_in_or_out_of_the_circuit_against_its_base_rate():
+    from helpers.singular.circuit_files import Circuit, kept_fraction, mark_in_circuit
+
+    kept = {"0_ov": torch.tensor([[True, False], [False, False]]), "1_ov": torch.tensor([[False, False], [False, True]]),
+            "0_mlp_out": torch.tensor([True, True, True])}
+    scores = {n: torch.arange(v.numel(), dtype=torch.float32).reshape(v.shape) for n, v in kept.items()}
+    circuit = Circuit(kept, scores, {})
+    table = pd.DataFrame({"layer": [0, 1, 1], "head": [0, 1, 0], "direction": [0, 1, 1]})
+    marked = mark_in_circuit(table, circuit)
+    assert marked["in_circuit"].tolist() == [True, True, False] and marked["circuit_score"].tolist() == [0.0, 3.0, 1.0]
+    assert kept_fraction(circuit, "ov") == 2 / 8 and kept_fraction(circuit, "mlp_out") == 1.0
+    with pytest.raises(ValueError, match="no 'qk' blocks"):
+        kept_fraction(circuit, "qk")
