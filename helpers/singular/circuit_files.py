@@ -25,6 +25,7 @@ import torch
 
 from helpers.core.cache import atomic_file, sha256_file
 from helpers.singular.augmented import direction_shapes
+from helpers.singular.circuits import kept_by_kind
 from helpers.singular.ledger import PAPER_KEPT
 from helpers.singular.masks import AblationRule, DirectionMasks, FixedMasks
 from helpers.singular.scoring import EVALUATOR_VERSION
@@ -85,10 +86,6 @@ def make_circuit(model, masks: DirectionMasks, kept: FixedMasks, kept_rule: str,
     scores = {name: p.detach().float().clone() for name, p in masks.logits.items()}
     if set(kept_blocks) != set(scores):
         raise ValueError("the kept set and the masks cover different blocks")
-    by_kind: dict[str, int] = {}
-    for name, v in kept_blocks.items():
-        kind = name.split("_", 1)[1]
-        by_kind[kind] = by_kind.get(kind, 0) + int(v.sum())
     metadata = dict(
         format=FILE_FORMAT, format_version=FORMAT_VERSION, label=label,
         model={**model.record(), "weights_sha256": model.weights_sha256},
@@ -99,7 +96,7 @@ def make_circuit(model, masks: DirectionMasks, kept: FixedMasks, kept_rule: str,
         training={**asdict(run), "parametrisation": masks.parametrisation},
         kept_rule=kept_rule, evaluator_version=EVALUATOR_VERSION,
         n_directions=sum(v.numel() for v in kept_blocks.values()),
-        n_kept=sum(int(v.sum()) for v in kept_blocks.values()), kept_by_kind=by_kind,
+        n_kept=sum(int(v.sum()) for v in kept_blocks.values()), kept_by_kind=kept_by_kind(kept),
         blocks={name: list(v.shape) for name, v in sorted(kept_blocks.items())},
     )
     return Circuit(kept_blocks, scores, metadata)

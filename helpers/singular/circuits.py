@@ -30,12 +30,16 @@ def binarise_top(masks: DirectionMasks, n_keep: int) -> FixedMasks:
     flat = torch.cat([masks.logits[n].detach().reshape(-1) for n in names])
     keep = torch.zeros_like(flat)
     keep[flat.argsort(descending=True)[:n_keep]] = 1.0
-    values, offset = {}, 0
-    for n in names:
-        size = masks.logits[n].numel()
-        values[n] = keep[offset: offset + size].reshape(masks.logits[n].shape)
-        offset += size
-    return FixedMasks(values)
+    return FixedMasks(split_like(keep, {n: masks.logits[n] for n in names}))
+
+
+def split_like(flat: torch.Tensor, blocks: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A flat vector (blocks concatenated in ``blocks``' order) cut back into blocks of the same shapes."""
+    out, offset = {}, 0
+    for name, block in blocks.items():
+        out[name] = flat[offset: offset + block.numel()].reshape(block.shape)
+        offset += block.numel()
+    return out
 
 
 def random_like(circuit: FixedMasks, seed: int) -> FixedMasks:

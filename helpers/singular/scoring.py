@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from helpers.singular.circuits import CircuitEvaluator, evaluate_circuit
+from helpers.singular.circuits import CircuitEvaluator, evaluate_circuit, split_like
 from helpers.singular.masks import FixedMasks
 
 EVALUATOR_VERSION = 1
@@ -51,25 +51,13 @@ def top_percent(scores: dict[str, torch.Tensor], percent: float, ranking: str = 
     key = flat.abs() if ranking == "absolute" else flat
     keep = torch.zeros(flat.numel())
     keep[torch.sort(key, descending=True, stable=True).indices[: n_at_percent(flat.numel(), percent)]] = 1.0
-    blocks, offset = {}, 0
-    for n in names:
-        size = scores[n].numel()
-        blocks[n] = keep[offset: offset + size].reshape(scores[n].shape)
-        offset += size
-    return FixedMasks(blocks)
+    return FixedMasks(split_like(keep, scores))
 
 
 def random_scores(scores: dict[str, torch.Tensor], seed: int) -> dict[str, torch.Tensor]:
     """A random ranking of the same directions: scores replaced by a seeded permutation of 0 … n − 1."""
-    names = list(scores)
-    total = sum(scores[n].numel() for n in names)
-    ranks = torch.randperm(total, generator=torch.Generator().manual_seed(seed)).double()
-    out, offset = {}, 0
-    for n in names:
-        size = scores[n].numel()
-        out[n] = ranks[offset: offset + size].reshape(scores[n].shape)
-        offset += size
-    return out
+    total = sum(v.numel() for v in scores.values())
+    return split_like(torch.randperm(total, generator=torch.Generator().manual_seed(seed)).double(), scores)
 
 
 def metric_ends(evaluator: CircuitEvaluator, blocks: dict[str, torch.Tensor]) -> tuple[float, float]:
