@@ -38,6 +38,8 @@ def paper_1_row(task: str, summary: dict | None) -> str:
     kl = summary.get("paper_kl", 0.21)
     if point:
         our_cell = f"{100 * point['kept_fraction']:.1f} % kept at held-out KL {point['kl']:.2f}"
+        if "alpha" in point:  # the sweep's point: say which α, since it need not be the default
+            our_cell += f" (α {point['alpha']:g}, sparsest within KL {kl})"
         control = f"same count at random: KL {point['random_kl']:.2f}"
     else:
         our_cell = f"no circuit reaches KL {kl} (own binarisation: {ours['kept_percent']:.1f} % at KL {ours['kl']:.2f})"

@@ -30,6 +30,10 @@ def test_a_paper_1_row_reads_the_ledger_and_the_point_at_the_papers_kl():
     with_run = ledger_summary([55.5, 55.5, 30.0, 72.2], [0.05, 1.2, 0.3, 0.08]) | {"paper_recipe_run": dict(steps=600, batch=16)}
     assert paper_1_row("ioi", with_run).split("|")[3].strip().endswith("KL 0.05, 600 steps of 16")
     assert cells[3] == "72.2 % kept at held-out KL 0.08" and cells[4] == "same count at random: KL 0.98"
+    at_alpha = ledger_summary([55.5, 55.5, 30.0, 72.2], [0.05, 1.2, 0.3, 0.08])
+    at_alpha["at_paper_kl"]["alpha"] = 0.00078
+    assert paper_1_row("gender", at_alpha).split("|")[4].strip() == (
+        "72.2 % kept at held-out KL 0.08 (α 0.00078, sparsest within KL 0.21)")
     assert cells[5] == "ours: 30.0 % → 72.2 % kept"
     no_point = ledger_summary([55.5, 55.5, 30.0, 72.2], [0.05, 1.2, 0.3, 0.08]) | {"at_paper_kl": None}
     assert "no circuit reaches KL 0.21" in paper_1_row("ioi", no_point)
