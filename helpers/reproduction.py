@@ -37,7 +37,9 @@ def paper_1_row(task: str, summary: dict | None) -> str:
     point = summary.get("at_paper_kl")
     kl = summary.get("paper_kl", 0.21)
     if point:
-        our_cell = f"{100 * point['kept_fraction']:.1f} % kept at held-out KL {point['kl']:.2f}"
+        total = summary.get("total_directions")  # the count, not the summary's rounded fraction
+        percent = 100 * point["kept"] / total if total and "kept" in point else 100 * point["kept_fraction"]
+        our_cell = f"{percent:.1f} % kept at held-out KL {point['kl']:.2f}"
         if "alpha" in point:  # the sweep's point: say which α, since it need not be the default
             our_cell += f" (α {point['alpha']:g}, sparsest within KL {kl})"
         control = f"same count at random: KL {point['random_kl']:.2f}"

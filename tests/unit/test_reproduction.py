@@ -32,6 +32,8 @@ def test_a_paper_1_row_reads_the_ledger_and_the_point_at_the_papers_kl():
     assert cells[3] == "72.2 % kept at held-out KL 0.08" and cells[4] == "same count at random: KL 0.98"
     at_alpha = ledger_summary([55.5, 55.5, 30.0, 72.2], [0.05, 1.2, 0.3, 0.08])
     at_alpha["at_paper_kl"]["alpha"] = 0.00078
+    counted = at_alpha | {"total_directions": 86730, "at_paper_kl": at_alpha["at_paper_kl"] | dict(kept=9670, kept_fraction=0.1115)}
+    assert paper_1_row("gender", counted).split("|")[4].strip().startswith("11.1 % kept")  # 11.149 %, not 11.15
     assert paper_1_row("gender", at_alpha).split("|")[4].strip() == (
         "72.2 % kept at held-out KL 0.08 (α 0.00078, sparsest within KL 0.21)")
     assert cells[5] == "ours: 30.0 % → 72.2 % kept"
