@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 FAST   ?=
 
-.PHONY: env figures test test-fast benchmark clean-figures
+.PHONY: env figures evaluations test test-fast benchmark clean-figures
 
 env: $(STAMP)
 
@@ -24,6 +24,10 @@ $(STAMP): requirements.txt requirements.lock pyproject.toml
 figures: $(STAMP)
 	$(BIN)/python -m helpers.pipeline $(if $(FAST),--fast)
 	$(if $(FAST),,$(BIN)/python -m helpers.reproduction)  # the README's "Does it reproduce?" table
+
+# Score every committed circuit file with the pinned evaluator (reports in figures/evaluations/).
+evaluations: $(STAMP)
+	$(BIN)/python -m helpers.evaluations
 
 # All tests, the slow real-model ones included (they run in CI).
 test: $(STAMP)

@@ -1,0 +1,171 @@
+"""Score every committed circuit file with the pinned evaluator and keep the reports next to the figures.
+
+    python -m helpers.evaluations [--figures figures] [--only LABEL ...] [--check]
+
+Every circuit file that a run's summary lists under ``circuit_files`` gets two reports:
+``figures/evaluations/<run>/<label>.json`` (the numbers of ``helpers.evaluate``, the circuit file's sha256,
+and the settings they were scored with) and ``<label>.txt`` (the evaluator's printed table). A report is
+reused only if the circuit's sha256, the evaluator's settings, its source code and the installed packages
+all match. Then ``figures/evaluations/table.md`` lists one line per circuit. ``--check`` writes nothing:
+it names every report that is missing or stale and exits 1 if there is one.
+
+The evaluator's own defaults are used: 96 fresh prompts from the training seed + 1, three random controls,
+and the signed ranking.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import time
+from pathlib import Path
+
+from helpers.core.cache import atomic_write_json, atomic_write_text, sha256_file
+from helpers.pipeline import PACKAGE_ROOT, SUMMARY_FILE, _imported_helpers, _module_file, environment_record, summary_value
+
+REPORTS = "evaluations"
+SETTINGS = dict(n_prompts=96, seed=None, control_seeds=3, ranking="signed")  # evaluate_file's defaults
+
+
+def committed_circuits(figures: Path) -> list[tuple[str, Path, str]]:
+    """(run, circuit file, sha256 the run recorded) for every circuit file a summary lists, in run order."""
+    found = []
+    for summary_file in sorted(figures.glob(f"*/{SUMMARY_FILE}")):
+        run = summary_file.parent
+        for record in json.loads(summary_file.read_text()).get("circuit_files") or []:
+            found.append((run.name, run / "circuits" / record["file"], record["sha256"]))
+    return found
+
+
+def evaluator_sources() -> list[Path]:
+    """helpers/evaluate.py and every helpers module it imports, in turn."""
+    pending, seen = {"helpers.evaluate"}, set()
+    while pending:
+        path = _module_file(pending.pop(), PACKAGE_ROOT)
+        if path is not None and path not in seen:
+            seen.add(path)
+            pending |= _imported_helpers(path.read_text())
+    return sorted(seen)
+
+
+def inputs_digest(circuit_sha256: str) -> str:
+    """One digest of what a report depends on: the circuit's bytes, the settings, the evaluator's code, the
+    packages and the thread count."""
+    digest = hashlib.sha256(circuit_sha256.encode())
+    digest.update(json.dumps(SETTINGS, sort_keys=True).encode())
+    for source in evaluator_sources():
+        digest.update(str(source.relative_to(PACKAGE_ROOT)).encode())
+        digest.update(source.read_bytes())
+    digest.update(json.dumps(environment_record(), sort_keys=True).encode())
+    return digest.hexdigest()
+
+
+def report_path(figures: Path, run: str, circuit: Path) -> Path:
+    return figures / REPORTS / run / f"{circuit.stem}.json"
+
+
+def report_state(figures: Path, run: str, circuit: Path, recorded_sha256: str) -> tuple[str, str]:
+    """(state, why) of one circuit's report. States: "current"; "unscored" or "stale" (scoring it again
+    fixes it); "circuit changed" (the circuit file is gone or is not the one its run recorded: rerun the run)."""
+    if not circuit.exists():
+        return "circuit changed", f"{circuit} is listed in {run}'s summary but is not there; rerun {run}"
+    sha = sha256_file(circuit)
+    if sha != recorded_sha256:
+        return "circuit changed", (f"{circuit} is not the file {run} recorded (sha256 {sha[:12]}…, summary "
+                                   f"{recorded_sha256[:12]}…); rerun {run}")
+    path = report_path(figures, run, circuit)
+    if not path.exists():
+        return "unscored", f"no report {path}"
+    saved = json.loads(path.read_text())
+    if saved.get("circuit_sha256") != sha:
+        return "stale", f"{path} scored another version of {circuit.name}"
+    if saved.get("inputs_digest") != inputs_digest(sha):
+        return "stale", f"{path}: the evaluator's code, settings or packages changed since it was written"
+    return "current", ""
+
+
+def markdown(rows: list[dict]) -> str:
+    """A Markdown table of equal-keyed rows."""
+    columns = list(rows[0])
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    return "\n".join(lines + ["| " + " | ".join(str(row[c]) for c in columns) + " |" for row in rows]) + "\n"
+
+
+def table(reports: list[dict], not_current: list[str] = ()) -> str:
+    """One Markdown line per circuit: kept share, KL against the same-count random control, and CPR/CMD
+    against random rankings on both axes."""
+    rows = []
+    for r in reports:
+        areas = {a["ranking"].split(" ")[0]: a for a in r["areas"]}
+        c = r["circuit"]
+        rows.append({
+            "circuit": r["label"], "kept %": f"{100 * c['kept_fraction']:.1f}", "prompts": r["n_prompts"],
+            "KL (random)": f"{c['kl']:.3f} ({c['random_kl']:.3f})",
+            "accuracy (random)": f"{c['accuracy']:.2f} ({c['random_accuracy']:.2f})",
+            "CPR linear (random)": f"{areas['circuit']['cpr_linear']:.3f} ({areas['random']['cpr_linear']:.3f})",
+            "CPR log (random)": f"{areas['circuit']['cpr_log']:.3f} ({areas['random']['cpr_log']:.3f})",
+            "CMD linear (random)": f"{areas['circuit']['cmd_linear']:.3f} ({areas['random']['cmd_linear']:.3f})",
+            "CMD log (random)": f"{areas['circuit']['cmd_log']:.3f} ({areas['random']['cmd_log']:.3f})",
+        })
+    header = ("Written by `python -m helpers.evaluations`: each committed circuit file scored by `python -m "
+              "helpers.evaluate` on fresh prompts (seed = training seed + 1, the run's own prompts removed), "
+              "ranking signed. Faithfulness is over directions, not edges: not comparable with MIB's leaderboard.\n\n")
+    missing = "".join(f"\nNot current, so not listed: {why}\n" for why in not_current)
+    return header + markdown(rows) + missing
+
+
+def main(argv: list[str] | None = None) -> int:
+    from helpers.core.models import load_model  # the model stack loads only when there is work
+    from helpers.evaluate import evaluate_file, report
+    from helpers.singular.circuit_files import load_circuit
+
+    parser = argparse.ArgumentParser(prog="python -m helpers.evaluations", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--figures", default="figures", help="the figures folder (default figures)")
+    parser.add_argument("--only", nargs="+", default=None, help="circuit labels to score (default all)")
+    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if a report is missing or stale")
+    args = parser.parse_args(argv)
+    figures = Path(args.figures)
+    circuits = committed_circuits(figures)
+    labels = {c.stem for _, c, _ in circuits}
+    if args.only and set(args.only) - labels:
+        print(f"error: --only {sorted(set(args.only) - labels)}: no such circuit; circuits are {sorted(labels)}",
+              file=sys.stderr)
+        return 2
+    if not circuits:
+        print(f"error: no summary under {figures} lists circuit files", file=sys.stderr)
+        return 2
+    problems, current, models = [], [], {}
+    for index, (run, circuit, recorded) in enumerate(circuits, 1):
+        state, why = report_state(figures, run, circuit, recorded)
+        step = f"[{index}/{len(circuits)}] {circuit.stem}"
+        if state == "current":
+            print(f"{step}: current, reused")
+        elif args.check or state == "circuit changed" or (args.only and circuit.stem not in args.only):
+            problems.append(why)
+            print(f"{step}: {state}: {why}")
+            continue
+        else:
+            print(f"{step}: {state} ({why}); scoring", flush=True)
+            start = time.time()
+            saved = load_circuit(circuit).metadata["model"]
+            key = (saved["model"], json.dumps(saved["processing"], sort_keys=True))
+            if key not in models:  # one load per model; evaluate_file checks it against each file
+                models[key] = load_model(saved["model"], processing=saved["processing"])
+            result = evaluate_file(circuit, SETTINGS["n_prompts"], SETTINGS["seed"], SETTINGS["control_seeds"],
+                                   SETTINGS["ranking"], model=models[key])
+            path, sha = report_path(figures, run, circuit), sha256_file(circuit)
+            atomic_write_text(path.with_suffix(".txt"), report({**result, "file": str(circuit)}) + "\n")
+            atomic_write_json(path, {**summary_value({**result, "file": str(circuit)}), "circuit_sha256": sha,
+                                     "inputs_digest": inputs_digest(sha), "settings": SETTINGS,
+                                     "wall_time_s": round(time.time() - start, 1)})
+            print(f"{step}: wrote {path} in {time.time() - start:.0f} s", flush=True)
+        current.append(json.loads(report_path(figures, run, circuit).read_text()))
+    if not args.check and current:  # only current reports: a stale number never reaches the table
+        atomic_write_text(figures / REPORTS / "table.md", table(current, problems))
+    for why in problems:
+        print(f"not current: {why}", file=sys.stderr)
+    return 1 if problems else 0
+
+if __name__ == "__main__":
+    sys.exit(main())

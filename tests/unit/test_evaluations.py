@@ -1,0 +1,78 @@
+"""The committed evaluator reports: written once per circuit file, reused only while current, and present and
+current for every circuit file the committed figures hold."""
+import json
+from pathlib import Path
+
+import pytest
+
+from helpers import evaluations
+from helpers.core.cache import sha256_file
+from helpers.singular.circuit_files import save_circuit
+from tests.unit.test_circuit_files import trained_circuit
+
+ROOT = Path(__file__).resolve().parents[2]
+SMALL = dict(n_prompts=16, seed=None, control_seeds=1, ranking="signed")
+
+
+def figures_with_a_circuit(tmp_path: Path) -> tuple[Path, Path]:
+    """A figures folder laid out as notebook 02 leaves it: a run with one circuit file listed in its summary."""
+    run = tmp_path / "figures" / "02_masking-ioi-tiny-llama"
+    _, _, _, circuit, _, _ = trained_circuit()
+    path = save_circuit(circuit, run / "circuits" / "ioi-test.safetensors")
+    (run / "summary.json").write_text(json.dumps(dict(circuit_files=[dict(file=path.name, sha256=sha256_file(path))])))
+    return tmp_path / "figures", path
+
+
+def test_reports_are_written_then_reused_and_redone_only_when_an_input_changes(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(evaluations, "SETTINGS", SMALL)
+    figures, circuit = figures_with_a_circuit(tmp_path)
+    assert evaluations.main(["--figures", str(figures), "--check"]) == 1  # unscored: --check fails, writes nothing
+    assert not (figures / "evaluations").exists()
+    assert evaluations.main(["--figures", str(figures)]) == 0
+    report = figures / "evaluations" / "02_masking-ioi-tiny-llama" / "ioi-test.json"
+    saved = json.loads(report.read_text())
+    assert saved["circuit_sha256"] == sha256_file(circuit) and saved["n_prompts"] + saved["removed_as_seen"] == 16
+    assert "not comparable with MIB" in report.with_suffix(".txt").read_text()
+    assert "| test |" in (figures / "evaluations" / "table.md").read_text()
+
+    import helpers.evaluate
+    monkeypatch.setattr(helpers.evaluate, "evaluate_file", lambda *a, **k: pytest.fail("a current report was rescored"))
+    assert evaluations.main(["--figures", str(figures)]) == 0
+    assert evaluations.main(["--figures", str(figures), "--check"]) == 0
+    assert "current, reused" in capsys.readouterr().out
+
+    monkeypatch.setattr(evaluations, "SETTINGS", {**SMALL, "control_seeds": 2})  # another setting: stale
+    assert evaluations.main(["--figures", str(figures), "--check"]) == 1
+    assert "changed since it was written" in capsys.readouterr().out
+
+
+def test_a_circuit_file_that_is_not_the_one_its_run_recorded_is_refused(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(evaluations, "SETTINGS", SMALL)
+    figures, circuit = figures_with_a_circuit(tmp_path)
+    circuit.write_bytes(circuit.read_bytes() + b" ")
+    assert evaluations.main(["--figures", str(figures)]) == 1
+    assert "rerun 02_masking-ioi-tiny-llama" in capsys.readouterr().out
+    assert not (figures / "evaluations").exists()
+    assert evaluations.main(["--figures", str(figures), "--only", "nonesuch"]) == 2
+
+
+def test_table_pairs_each_number_with_its_random_control():
+    area = lambda name, v: dict(ranking=name, cpr_linear=v, cpr_log=v / 10, cmd_linear=1 - v, cmd_log=1 - v / 10)
+    report = dict(label="x", n_prompts=90, circuit=dict(kept_fraction=0.25, kl=0.1, random_kl=1.5, accuracy=0.9,
+                                                         random_accuracy=0.2),
+                  areas=[area("circuit (signed)", 0.7), area("random (mean of 3)", 0.2)])
+    line = evaluations.table([report], ["y is stale"]).splitlines()
+    row = next(l for l in line if l.startswith("| x |"))
+    assert row == ("| x | 25.0 | 90 | 0.100 (1.500) | 0.90 (0.20) | 0.700 (0.200) | 0.070 (0.020) | 0.300 (0.800) "
+                   "| 0.930 (0.980) |")
+    assert line[-1] == "Not current, so not listed: y is stale"
+
+
+def test_every_committed_circuit_file_has_a_report_of_its_own_bytes():
+    figures = ROOT / "figures"
+    circuits = evaluations.committed_circuits(figures)
+    assert len(circuits) >= 15  # five per task of notebook 02, three tasks
+    for run, circuit, recorded in circuits:
+        report = evaluations.report_path(figures, run, circuit)
+        assert report.exists(), f"{report} is missing: run python -m helpers.evaluations"
+        assert json.loads(report.read_text())["circuit_sha256"] == sha256_file(circuit) == recorded, report
