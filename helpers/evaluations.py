@@ -93,14 +93,15 @@ def markdown(rows: list[dict]) -> str:
 
 
 def table(reports: list[dict], not_current: list[str] = ()) -> str:
-    """One Markdown line per circuit: kept share, KL against the same-count random control, and CPR/CMD
-    against random rankings on both axes."""
+    """One Markdown line per circuit: kept share (from the counts, not the rounded fraction), KL against the
+    same-count random control, and CPR/CMD against random rankings on both axes."""
     rows = []
     for r in reports:
         areas = {a["ranking"].split(" ")[0]: a for a in r["areas"]}
         c = r["circuit"]
+        total = next(point["kept"] for point in r["curve"] if point["percent"] == 100)  # C_100 keeps every direction
         rows.append({
-            "circuit": r["label"], "kept %": f"{100 * c['kept_fraction']:.1f}", "prompts": r["n_prompts"],
+            "circuit": r["label"], "kept %": f"{100 * c['kept'] / total:.1f}", "prompts": r["n_prompts"],
             "KL (random)": f"{c['kl']:.3f} ({c['random_kl']:.3f})",
             "accuracy (random)": f"{c['accuracy']:.2f} ({c['random_accuracy']:.2f})",
             "CPR linear (random)": f"{areas['circuit']['cpr_linear']:.3f} ({areas['random']['cpr_linear']:.3f})",

@@ -58,12 +58,13 @@ def test_a_circuit_file_that_is_not_the_one_its_run_recorded_is_refused(tmp_path
 
 def test_table_pairs_each_number_with_its_random_control():
     area = lambda name, v: dict(ranking=name, cpr_linear=v, cpr_log=v / 10, cmd_linear=1 - v, cmd_log=1 - v / 10)
-    report = dict(label="x", n_prompts=90, circuit=dict(kept_fraction=0.25, kl=0.1, random_kl=1.5, accuracy=0.9,
-                                                         random_accuracy=0.2),
+    report = dict(label="x", n_prompts=90, circuit=dict(kept=1115, kept_fraction=0.1115, kl=0.1, random_kl=1.5,
+                                                         accuracy=0.9, random_accuracy=0.2),
+                  curve=[dict(percent=50, kept=5000), dict(percent=100, kept=10001)],
                   areas=[area("circuit (signed)", 0.7), area("random (mean of 3)", 0.2)])
     line = evaluations.table([report], ["y is stale"]).splitlines()
     row = next(l for l in line if l.startswith("| x |"))
-    assert row == ("| x | 25.0 | 90 | 0.100 (1.500) | 0.90 (0.20) | 0.700 (0.200) | 0.070 (0.020) | 0.300 (0.800) "
+    assert row == ("| x | 11.1 | 90 | 0.100 (1.500) | 0.90 (0.20) | 0.700 (0.200) | 0.070 (0.020) | 0.300 (0.800) "
                    "| 0.930 (0.980) |")
     assert line[-1] == "Not current, so not listed: y is stale"
 
