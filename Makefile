@@ -39,5 +39,6 @@ test-fast: $(STAMP)
 
 benchmark: $(STAMP)
 	$(BIN)/python benchmarks/augmented_svd.py
+	$(BIN)/python benchmarks/notebook_01.py
 	$(BIN)/python benchmarks/mask_training.py
 	$(BIN)/python benchmarks/tiled_svd.py
