@@ -24,7 +24,7 @@ MUTANTS = [  # (file, original text, mutated text, tests to run, what the mutant
  ("helpers/tiled/corpus.py", 'out["fit" if seq % 2 == 0 else "score"]', 'out["fit" if seq % 3 == 0 else "score"]', "tests/unit/test_corpus.py", "fit/score halves uneven"),
  ("helpers/tiled/tiling.py", "U, S, _ = torch.linalg.svd(W[:, start:end], full_matrices=False)", "U, S, _ = torch.linalg.svd(W[:, start:end + 1], full_matrices=False)", "tests/unit/test_tiling.py", "tiles overlap by one column"),
  ("helpers/core/weights.py", "W_folded = norm.gain[:, None] * W", "W_folded = W", "tests/unit/test_weights.py tests/unit/test_augmented.py", "norm gain not folded"),
- ("helpers/singular/readout.py", '"suppresses": decode((-logits).topk(k).indices)', '"suppresses": decode(logits.topk(k).indices)', "tests/unit/test_readout.py", "suppressed tokens = promoted ones"),
+ ("helpers/singular/readout.py", "zip(logits.topk(k).indices, (-logits).topk(k).indices)", "zip(logits.topk(k).indices, logits.topk(k).indices)", "tests/unit/test_readout.py", "suppressed tokens = promoted ones"),
  ("helpers/core/cache.py", "        if expected == actual:\n            return actual", "        if True:\n            return actual", "tests/unit/test_cache.py", "recorded sha256 not compared"),
  ("helpers/core/models.py", "    if digest != spec.gguf_sha256:", "    if False:", "tests/unit/test_models.py", "GGUF sha256 not checked"),
  ("helpers/pipeline.py", "    for item in sorted({*(runs_file.parent / i for i in run.inputs), *parameter_paths(params, notebook.parent)}):", "    for item in sorted(parameter_paths(params, notebook.parent)):", "tests/notebooks/test_pipeline.py", "declared inputs left out of the fingerprint"),
@@ -71,6 +71,8 @@ MUTANTS = [  # (file, original text, mutated text, tests to run, what the mutant
  ('helpers/evaluate.py', '    keep = [i for i, prompt in enumerate(task.prompts) if prompt not in used]', '    keep = list(range(len(task)))', 'tests/unit/test_circuit_files.py', 'evaluator scores prompts the circuit was trained on'),
  ('helpers/evaluations.py', '    digest.update(json.dumps(SETTINGS, sort_keys=True).encode())', '    pass', 'tests/unit/test_evaluations.py', 'evaluator settings left out of a report digest'),
  ('helpers/evaluations.py', '    if sha != recorded_sha256:', '    if False:', 'tests/unit/test_evaluations.py', "circuit file not checked against the sha256 its run recorded"),
+ ('helpers/singular/readout.py', 'for row, read in zip(rows, tokens)', 'for row, read in zip(rows, tokens[::-1])', 'tests/unit/test_readout.py', 'read-outs paired with the wrong directions'),
+ ('helpers/singular/identities.py', 'relative_error((x @ qk.U * qk.S[:, None, :])', 'relative_error((x @ qk.U)', 'tests/unit/test_augmented.py', 'QK identity through the SVD without σ'),
 ]
 
 
