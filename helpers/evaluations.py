@@ -49,23 +49,26 @@ def evaluator_sources() -> list[Path]:
     return sorted(seen)
 
 
-def inputs_digest(circuit_sha256: str) -> str:
-    """One digest of what a report depends on: the circuit's bytes, the settings, the evaluator's code, the
-    packages and the thread count."""
-    digest = hashlib.sha256(circuit_sha256.encode())
-    digest.update(json.dumps(SETTINGS, sort_keys=True).encode())
+def evaluator_inputs() -> bytes:
+    """What every report depends on besides its circuit: the settings, the evaluator's code, the packages and
+    the thread count. Read once per command, not once per circuit."""
+    parts = [json.dumps(SETTINGS, sort_keys=True).encode()]
     for source in evaluator_sources():
-        digest.update(str(source.relative_to(PACKAGE_ROOT)).encode())
-        digest.update(source.read_bytes())
-    digest.update(json.dumps(environment_record(), sort_keys=True).encode())
-    return digest.hexdigest()
+        parts += [str(source.relative_to(PACKAGE_ROOT)).encode(), source.read_bytes()]
+    parts.append(json.dumps(environment_record(), sort_keys=True).encode())
+    return b"".join(parts)
+
+
+def inputs_digest(circuit_sha256: str, evaluator: bytes) -> str:
+    """One digest of what a report depends on: the circuit's bytes and ``evaluator_inputs()``."""
+    return hashlib.sha256(circuit_sha256.encode() + evaluator).hexdigest()
 
 
 def report_path(figures: Path, run: str, circuit: Path) -> Path:
     return figures / REPORTS / run / f"{circuit.stem}.json"
 
 
-def report_state(figures: Path, run: str, circuit: Path, recorded_sha256: str) -> tuple[str, str]:
+def report_state(figures: Path, run: str, circuit: Path, recorded_sha256: str, evaluator: bytes) -> tuple[str, str]:
     """(state, why) of one circuit's report. States: "current"; "unscored" or "stale" (scoring it again
     fixes it); "circuit changed" (the circuit file is gone or is not the one its run recorded: rerun the run)."""
     if not circuit.exists():
@@ -80,7 +83,7 @@ def report_state(figures: Path, run: str, circuit: Path, recorded_sha256: str) -
     saved = json.loads(path.read_text())
     if saved.get("circuit_sha256") != sha:
         return "stale", f"{path} scored another version of {circuit.name}"
-    if saved.get("inputs_digest") != inputs_digest(sha):
+    if saved.get("inputs_digest") != inputs_digest(sha, evaluator):
         return "stale", f"{path}: the evaluator's code, settings or packages changed since it was written"
     return "current", ""
 
@@ -136,9 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     if not circuits:
         print(f"error: no summary under {figures} lists circuit files", file=sys.stderr)
         return 2
-    problems, current, models = [], [], {}
+    problems, current, models, evaluator = [], [], {}, evaluator_inputs()
     for index, (run, circuit, recorded) in enumerate(circuits, 1):
-        state, why = report_state(figures, run, circuit, recorded)
+        state, why = report_state(figures, run, circuit, recorded, evaluator)
         step = f"[{index}/{len(circuits)}] {circuit.stem}"
         if state == "current":
             print(f"{step}: current, reused")
@@ -156,9 +159,9 @@ def main(argv: list[str] | None = None) -> int:
             result = evaluate_file(circuit, SETTINGS["n_prompts"], SETTINGS["seed"], SETTINGS["control_seeds"],
                                    SETTINGS["ranking"], model=models[key])
             path, sha = report_path(figures, run, circuit), sha256_file(circuit)
-            atomic_write_text(path.with_suffix(".txt"), report({**result, "file": str(circuit)}) + "\n")
-            atomic_write_json(path, {**summary_value({**result, "file": str(circuit)}), "circuit_sha256": sha,
-                                     "inputs_digest": inputs_digest(sha), "settings": SETTINGS,
+            atomic_write_text(path.with_suffix(".txt"), report(result) + "\n")
+            atomic_write_json(path, {**summary_value(result), "circuit_sha256": sha,
+                                     "inputs_digest": inputs_digest(sha, evaluator), "settings": SETTINGS,
                                      "wall_time_s": round(time.time() - start, 1)})
             print(f"{step}: wrote {path} in {time.time() - start:.0f} s", flush=True)
         current.append(json.loads(report_path(figures, run, circuit).read_text()))

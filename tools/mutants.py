@@ -69,7 +69,7 @@ MUTANTS = [  # (file, original text, mutated text, tests to run, what the mutant
  ('helpers/singular/scoring.py', 'faithfulness=(metric - empty) / (full - empty)', 'faithfulness=metric / full', 'tests/unit/test_circuit_files.py', 'faithfulness not relative to the empty circuit'),
  ('helpers/singular/circuit_files.py', '    if saved["weights_sha256"] != model.weights_sha256:', '    if False:', 'tests/unit/test_circuit_files.py', 'circuit loaded on other weights'),
  ('helpers/evaluate.py', '    keep = [i for i, prompt in enumerate(task.prompts) if prompt not in used]', '    keep = list(range(len(task)))', 'tests/unit/test_circuit_files.py', 'evaluator scores prompts the circuit was trained on'),
- ('helpers/evaluations.py', '    digest.update(json.dumps(SETTINGS, sort_keys=True).encode())', '    pass', 'tests/unit/test_evaluations.py', 'evaluator settings left out of a report digest'),
+ ('helpers/evaluations.py', '    parts = [json.dumps(SETTINGS, sort_keys=True).encode()]', '    parts = []', 'tests/unit/test_evaluations.py', 'evaluator settings left out of a report digest'),
  ('helpers/evaluations.py', '    if sha != recorded_sha256:', '    if False:', 'tests/unit/test_evaluations.py', "circuit file not checked against the sha256 its run recorded"),
  ('helpers/singular/readout.py', 'for row, read in zip(rows, tokens)', 'for row, read in zip(rows, tokens[::-1])', 'tests/unit/test_readout.py', 'read-outs paired with the wrong directions'),
  ('helpers/singular/identities.py', 'relative_error((x @ qk.U * qk.S[:, None, :])', 'relative_error((x @ qk.U)', 'tests/unit/test_augmented.py', 'QK identity through the SVD without σ'),
