@@ -73,6 +73,8 @@ MUTANTS = [  # (file, original text, mutated text, tests to run, what the mutant
  ('helpers/evaluations.py', '    if sha != recorded_sha256:', '    if False:', 'tests/unit/test_evaluations.py', "circuit file not checked against the sha256 its run recorded"),
  ('helpers/singular/readout.py', 'for row, read in zip(rows, tokens)', 'for row, read in zip(rows, tokens[::-1])', 'tests/unit/test_readout.py', 'read-outs paired with the wrong directions'),
  ('helpers/singular/identities.py', 'relative_error((x @ qk.U * qk.S[:, None, :])', 'relative_error((x @ qk.U)', 'tests/unit/test_augmented.py', 'QK identity through the SVD without σ'),
+ ('helpers/tiled/steer.py', 'self._started_at(site.layer, start.repeat(m, 1, 1))', 'self._started_at(site.layer, start.repeat_interleave(m, 0))', 'tests/unit/test_checks.py', 'cached residual rows paired with the wrong texts'),
+ ('helpers/tiled/steer.py', '            vars(self.blocks[i])["forward"] = cached if i == layer - 1 else bypass', '            vars(self.blocks[i])["forward"] = bypass', 'tests/unit/test_checks.py', 'steered forward starts from the embeddings, not the cached residual'),
 ]
 
 

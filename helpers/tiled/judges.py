@@ -25,7 +25,7 @@ import torch
 
 from helpers.core.logits import lens
 from helpers.core.weights import final_norm
-from helpers.tiled.steer import SteerTexts, last_token_logits, spearman, steered_change, top_jaccard
+from helpers.tiled.steer import Steering, SteerTexts, spearman, top_jaccard
 from helpers.tiled.verdicts import rule_a, rule_b1, rule_c1
 
 FACTORS = ("rounding", "b1_window", "lens", "c_mounts")
@@ -66,14 +66,16 @@ def released_lens(model, directions: torch.Tensor) -> torch.Tensor:
     return ((u * w).float() @ model.hf_model.lm_head.weight.detach().T).double()
 
 
-def released_c(model, plans, results: dict, texts: SteerTexts, thresholds: dict, progress: bool = True) -> pd.DataFrame:
+def released_c(model, plans, results: dict, texts: SteerTexts, thresholds: dict, progress: bool = True,
+               steering: Steering | None = None, tile_changes: dict | None = None) -> pd.DataFrame:
     """Per residual site, the steer measurements the released rules need: ρ and top-k Jaccard of the
     ``RELEASED_MOUNTS`` tile mounts of largest energy lift over the first ``RELEASED_TEXTS`` texts, under
     both lenses (means over the mounts), and of our mount (largest σ, every text) under the released lens.
-    ``results`` is ``SiteStatistics.results()`` of the same plans."""
+    ``results`` is ``SiteStatistics.results()`` of the same plans. ``steering`` and ``tile_changes``: those
+    ``steer.check_c`` used and filled, so that our mount's steer is not run twice."""
     t = thresholds["C"]
-    few = SteerTexts(texts.tokens[:RELEASED_TEXTS], texts.last[:RELEASED_TEXTS])
-    base_all, base_few = last_token_logits(model, texts), last_token_logits(model, few)
+    steering = steering or Steering(model, texts)
+    few = min(RELEASED_TEXTS, len(texts.last))
     residual = [p for p in plans if p.site.residual and p.effective is None]
     if progress:
         from tqdm.auto import tqdm
@@ -87,12 +89,15 @@ def released_c(model, plans, results: dict, texts: SteerTexts, thresholds: dict,
         mounts = tile.U[:, top].T
         ours = tile.U[:, int(tile.S.argmax())]
         lenses = dict(gain=lens(model, mounts, float64=False), w=released_lens(model, mounts))
-        changes = [steered_change(model, plan.site, u, t["alpha"], few, base_few).mean(0) for u in mounts]
+        changes = steering.changes(plan.site, t["alpha"] * mounts, n_texts=few).mean(1)
         row = dict(layer=plan.site.layer, site=plan.kind, mounts=len(mounts))
         for name, predictions in lenses.items():
             row[f"rho_top_{name}"] = float(np.mean([spearman(c, p) for c, p in zip(changes, predictions)]))
             row[f"jaccard_top_{name}"] = float(np.mean([top_jaccard(c, p, t["top"]) for c, p in zip(changes, predictions)]))
-        change = steered_change(model, plan.site, ours, t["alpha"], texts, base_all).mean(0)
+        if tile_changes is not None and plan.name in tile_changes:
+            change = tile_changes[plan.name]
+        else:
+            change = steering.changes(plan.site, (t["alpha"] * ours)[None])[0].mean(0)
         prediction = released_lens(model, ours[None])[0]
         row["rho_ours_w"], row["jaccard_ours_w"] = spearman(change, prediction), top_jaccard(change, prediction, t["top"])
         rows.append(row)

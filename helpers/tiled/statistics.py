@@ -9,7 +9,8 @@ half first, then the score half; each sequence is run once.
 - between the halves: PCA directions and effective-path mounts are built from those fits;
 - **score half**: for every direction set of every stream, f(u) = mean_t (ΔH_t·u)² / (‖ΔH_t‖² + 1e-12) for
   each direction, the span energy mean_t ‖Q_Sᵀ ΔH_t‖²/‖ΔH_t‖², and coverage (B): per token, the least-squares
-  fit of ΔH_t on its 8 best-aligned directions, Σ‖residual‖² against Σ‖ΔH_t‖².
+  fit of ΔH_t on its 8 best-aligned directions, Σ‖residual‖² against Σ‖ΔH_t‖² (solved through the normal
+  equations of the 8, in float64).
 
 A stream is a site's output (ΔH) or an effective path's: ``mlp.up~eff`` reads act(gate) ⊙ up (the input of
 ``mlp.down``), ``attn.v~eff`` the o_proj input averaged over the query heads of each KV head. Per-token data
@@ -65,6 +66,7 @@ class _Stream:
         self.bases: dict[str, torch.Tensor] = {}
         self.span: dict[str, float] = {}
         self.residual: dict[str, float] = {}
+        self.grams: dict[str, torch.Tensor] = {}  # UᵀU of each coverage set
         self.total_sq = 0.0
 
     def fit(self, h: torch.Tensor) -> None:
@@ -100,7 +102,10 @@ class _Stream:
             Q = self.bases[name]
             self.span[name] = self.span.get(name, 0.0) + float((((h @ Q) ** 2).sum(-1) * weight).sum())
         for name, mounts in self.plan.coverage_sets.items():
-            self.residual[name] = self.residual.get(name, 0.0) + float(best_direction_residuals(h, mounts.U, self.plan.best).sum())
+            if name not in self.grams:
+                self.grams[name] = mounts.U.double().T @ mounts.U.double()
+            residuals = best_direction_residuals(h, mounts.U, self.plan.best, self.grams[name])
+            self.residual[name] = self.residual.get(name, 0.0) + float(residuals.sum())
 
     def results(self) -> dict:
         n = max(self.tokens["score"], 1)
@@ -116,17 +121,24 @@ def orthonormal_basis(U: torch.Tensor) -> torch.Tensor:
     return Q[:, : int((S > 1e-9 * S.max()).sum())]
 
 
-def best_direction_residuals(h: torch.Tensor, U: torch.Tensor, best: int = COVERAGE_BEST) -> torch.Tensor:
+def best_direction_residuals(h: torch.Tensor, U: torch.Tensor, best: int = COVERAGE_BEST,
+                             gram: torch.Tensor | None = None) -> torch.Tensor:
     """[m] ‖h_t − D_t c_t‖² for the least-squares fit of each row h_t on its ``best`` directions of U
-    [d, n] with the largest |cos| to it (all of them when n ≤ best)."""
-    U = U.double()
+    [d, n] with the largest |cos| to it (all of them when n ≤ best). Solved in the picked directions'
+    coordinates: with p_t = Uᵀh_t and G = UᵀU (``gram``, computed when not given), the fit's normal
+    equations are G_PP c = p_P and its residual is ‖h_t‖² − p_Pᵀ c, so no [m, d, best] system is formed. The SVD-based solver (gelsd) keeps repeated or nearly parallel
+    directions exact; QR with pivoting (gelsy, the default) misjudges the rank of such a G."""
+    h, U = h.double(), U.double()
+    gram = U.T @ U if gram is None else gram
+    p = h @ U  # [m, n]; U's columns are unit, so |p| ranks them by |cos|
+    sq = (h * h).sum(-1)
     if U.shape[1] <= best:
-        D = U.expand(len(h), *U.shape)
-    else:
-        picked = (h.double() @ U).abs().topk(best, dim=-1).indices  # [m, best]; U's columns are unit
-        D = U.T[picked].transpose(1, 2)  # [m, d, best]
-    c = torch.linalg.lstsq(D, h.double()[..., None]).solution
-    return ((h.double()[..., None] - D @ c) ** 2).sum((1, 2))
+        c = torch.linalg.lstsq(gram, p.T, driver="gelsd").solution  # one system for every token
+        return sq - (p * c.T).sum(-1)
+    picked = p.abs().topk(best, dim=-1).indices  # [m, best]
+    b = torch.gather(p, 1, picked)
+    c = torch.linalg.lstsq(gram[picked[:, :, None], picked[:, None, :]], b[..., None], driver="gelsd").solution[..., 0]
+    return sq - (b * c).sum(-1)
 
 
 class SiteStatistics:

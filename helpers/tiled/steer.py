@@ -6,6 +6,7 @@ direction), bootstrap CIs over the texts, and a dose–response over α. Judged 
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -67,6 +68,82 @@ def steered_change(model, site: Site, u: torch.Tensor, alpha: float, texts: Stee
     return last_token_logits(model, texts, [(steer_hook(model, site), add)]) - base
 
 
+class Steering:
+    """Steered forwards over fixed texts, started at the steered layer from the unsteered residual stream.
+
+    One unsteered forward at construction gives the base logits and caches the input of every block.
+    ``changes`` then runs the blocks from the steered layer on: the earlier blocks are bypassed, the one just
+    before returning the cached input of the steered layer. The directions of one call share forwards,
+    ``max_rows`` text rows at a time."""
+
+    def __init__(self, model, texts: SteerTexts, max_rows: int = 128):
+        self.model, self.texts, self.max_rows = model, texts, max_rows
+        self.blocks = [model.block(layer) for layer in range(model.n_layers)]
+        inputs, kinds = {}, set()
+
+        def keep(layer):
+            def hook(module, args, kwargs):
+                inputs[layer] = (args[0] if args else kwargs["hidden_states"]).detach()
+            return hook
+
+        def kind(module, args, kwargs, output):
+            kinds.add(type(output))
+        handles = [b.register_forward_pre_hook(keep(i), with_kwargs=True) for i, b in enumerate(self.blocks)]
+        handles += [b.register_forward_hook(kind, with_kwargs=True) for b in self.blocks]
+        try:
+            self.base = last_token_logits(model, texts)
+        finally:
+            for handle in handles:
+                handle.remove()
+        if kinds != {torch.Tensor}:
+            raise TypeError(f"{model.name}'s blocks return {sorted(k.__name__ for k in kinds)}, not a tensor: "
+                            f"starting a forward from the cached residual stream needs blocks that return their "
+                            f"hidden states (transformers ≥ 5)")
+        self.inputs = inputs
+
+    @contextmanager
+    def _started_at(self, layer: int, hidden: torch.Tensor):
+        """Blocks before ``layer`` bypassed; the one just before it returns ``hidden``."""
+        def bypass(*args, **kwargs):
+            return args[0] if args else kwargs["hidden_states"]
+
+        def cached(*args, **kwargs):
+            return hidden
+        # set in each instance's own __dict__: the bridge's components pass attribute writes to the module
+        # they wrap
+        own = [vars(self.blocks[i]).get("forward") for i in range(layer)]
+        for i in range(layer):
+            vars(self.blocks[i])["forward"] = cached if i == layer - 1 else bypass
+        try:
+            yield
+        finally:
+            for block, forward in zip(self.blocks, own):
+                if forward is None:
+                    del vars(block)["forward"]  # the class's own forward again
+                else:
+                    vars(block)["forward"] = forward
+
+    def changes(self, site: Site, vectors: torch.Tensor, n_texts: int | None = None) -> torch.Tensor:
+        """[m, n, vocab] change of the last-token logits of the first ``n_texts`` texts (all by default) when
+        each row of ``vectors`` [m, d_model] is added after the site's post-sublayer norm at every position."""
+        n = len(self.texts.last) if n_texts is None else n_texts
+        if not 1 <= n <= len(self.texts.last):
+            raise ValueError(f"n_texts={n_texts}: the steering texts are {len(self.texts.last)}")
+        tokens, last, base = self.texts.tokens[:n], self.texts.last[:n], self.base[:n]
+        start, hook = self.inputs[site.layer][:n], steer_hook(self.model, site)
+        out = []
+        for chunk in vectors.float().split(max(1, self.max_rows // n)):
+            m = len(chunk)
+            rows = chunk.repeat_interleave(n, 0)[:, None, :]  # direction-major, like tokens.repeat(m, 1)
+
+            def add(value, hook):
+                return value + rows.to(value.dtype)
+            with torch.no_grad(), self._started_at(site.layer, start.repeat(m, 1, 1)):
+                logits = logits_at(self.model, tokens.repeat(m, 1), last.repeat(m), [(hook, add)]).double()
+            out.append(logits.reshape(m, n, -1) - base)
+        return torch.cat(out)
+
+
 def bootstrap_rho(change: torch.Tensor, prediction: torch.Tensor, n_boot: int, seed: int) -> tuple[float, float]:
     """95 % interval of ρ(mean over resampled texts of the change, prediction)."""
     generator = torch.Generator().manual_seed(seed)
@@ -77,11 +154,14 @@ def bootstrap_rho(change: torch.Tensor, prediction: torch.Tensor, n_boot: int, s
 
 
 def check_c(model, plans: list[StreamPlan], texts: SteerTexts, thresholds: dict, seed: int = 0,
-            progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
+            progress: bool = True, steering: Steering | None = None,
+            tile_changes: dict | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(verdicts per residual site, dose–response rows). Directions per site: the tile mount with the
-    largest σ, a random unit direction, and the top whole-matrix SVD direction."""
+    largest σ, a random unit direction, and the top whole-matrix SVD direction. ``steering``: a
+    ``Steering`` of these texts to share (one is made otherwise); ``tile_changes``, when given, receives
+    each site's mean change under its tile mount at α (``judges.released_c`` reads it)."""
     t = thresholds["C"]
-    base = last_token_logits(model, texts)
+    steering = steering or Steering(model, texts)
     residual = [p for p in plans if p.site.residual and p.effective is None]
     if progress:
         from tqdm.auto import tqdm
@@ -94,16 +174,21 @@ def check_c(model, plans: list[StreamPlan], texts: SteerTexts, thresholds: dict,
                       "whole": plan.sets["whole"].U[:, 0]}
         # the norm's scale is a positive factor per direction: ranks do not depend on it
         predictions = lens(model, torch.stack(list(directions.values())), float64=False)
+        others = [alpha for alpha in dict.fromkeys(t["dose_alphas"]) if alpha != t["alpha"]]
+        steered = steering.changes(plan.site, torch.stack([t["alpha"] * u for u in directions.values()]
+                                                          + [alpha * directions["tile"] for alpha in others]))
+        tile_at = {t["alpha"]: steered[0], **dict(zip(others, steered[len(directions):]))}
         row = dict(layer=plan.site.layer, site=plan.kind)
-        for (name, u), prediction in zip(directions.items(), predictions):
-            change = steered_change(model, plan.site, u, t["alpha"], texts, base)
+        for name, change, prediction in zip(directions, steered, predictions):
             mean = change.mean(0)
             row[f"rho_{name}"] = spearman(mean, prediction)
             row[f"rho_{name}_low"], row[f"rho_{name}_high"] = bootstrap_rho(change, prediction, t["bootstrap"], seed)
             row[f"jaccard_{name}"] = top_jaccard(mean, prediction, t["top"])
+        if tile_changes is not None:
+            tile_changes[plan.name] = steered[0].mean(0)
         tile_ranks = centred_ranks(predictions[0])
         for alpha in t["dose_alphas"]:
-            change = steered_change(model, plan.site, directions["tile"], alpha, texts, base).mean(0)
+            change = tile_at[alpha].mean(0)
             dose.append(dict(layer=plan.site.layer, site=plan.kind, alpha=alpha, rho=spearman(change, b_ranks=tile_ranks),
                              jaccard=top_jaccard(change, predictions[0], t["top"]), size=float(change.norm())))
         row["C1"] = rule_c1(row["rho_tile"], row["jaccard_tile"], plan.site.layer, thresholds)

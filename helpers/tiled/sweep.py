@@ -12,7 +12,7 @@ from helpers.tiled.judges import OUR_JUDGE, PAPER_JUDGE, released_c, verdicts
 from helpers.tiled.plans import TRIAL, build_plans, trial_kind
 from helpers.tiled.sites import PAPER_WIDTHS, RESIDUAL_SITES, all_sites, site_matrix
 from helpers.tiled.statistics import SiteStatistics, StreamPlan
-from helpers.tiled.steer import check_c, steer_texts
+from helpers.tiled.steer import Steering, check_c, steer_texts
 from helpers.tiled.tiling import TileSpec, frobenius_coverage, random_directions, random_partition_svd, weight_sets
 from helpers.tiled.verdicts import check_a, check_b
 
@@ -67,9 +67,10 @@ def sweep(model, sample, thresholds: dict, layers=None, sites=None, n_texts: int
     c_released = None
     if any(s.name in RESIDUAL_SITES for s in chosen):
         texts = steer_texts(sample, n_texts)
-        c, dose = check_c(model, plans, texts, thresholds, seed, progress)
+        steering, tile_changes = Steering(model, texts), {}
+        c, dose = check_c(model, plans, texts, thresholds, seed, progress, steering, tile_changes)
         if released:
-            c_released = released_c(model, plans, stats.results(), texts, thresholds, progress)
+            c_released = released_c(model, plans, stats.results(), texts, thresholds, progress, steering, tile_changes)
     else:
         c, dose = pd.DataFrame(), pd.DataFrame()
     record = dict(label=label, sample=sample.record(), thresholds=thresholds, seed=seed,

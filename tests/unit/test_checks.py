@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from helpers.core.logits import lens
-from helpers.tiled.steer import check_c, last_token_logits, spearman, steer_texts, steered_change, top_jaccard
+from helpers.tiled.steer import (Steering, check_c, last_token_logits, spearman, steer_texts, steered_change,
+                                 top_jaccard)
 from helpers.tiled.judges import PAPER_JUDGE
 from helpers.tiled.sweep import Sweep, sweep
 from helpers.tiled.thresholds import load_thresholds
@@ -126,6 +127,45 @@ def test_check_c_judges_a_real_steer_that_follows_the_lens(tmp_path, monkeypatch
     hard = {**easy, "C": {**easy["C"], "rho": 1.01, "jaccard": 1.01}}
     rows, _ = check_c(model, plans, texts, hard, progress=False)
     assert rows["C1"].tolist() == [False]
+
+
+@pytest.mark.parametrize("name", ["tiny-gpt2", "tiny-llama", "tiny-gemma3"])
+def test_steering_from_the_cached_residual_equals_the_full_steered_forward(name):
+    """The oracle is the plain steered forward over every block: each site of each layer, several directions
+    and strengths in one batched call, split over forwards (max_rows), on all texts and on the first two."""
+    model = cached_model(name, "raw")
+    sample = sample_tokens(gpt2_tokenizer(), n_tokens=60, max_tokens=16, tokenizer_name="gpt2")
+    texts = steer_texts(sample, n_texts=4)
+    base = last_token_logits(model, texts)
+    steering = Steering(model, texts, max_rows=8)
+    assert torch.equal(steering.base, base)
+    directions = random_directions(model.d_model, 3, seed=2).U.T
+    alphas = [2.0, 0.5, 8.0]
+    for layer in range(model.n_layers):
+        for site_name in ("attn.o", "mlp.down"):
+            site = Site(layer, site_name)
+            got = steering.changes(site, torch.stack([a * u for a, u in zip(alphas, directions)]))
+            assert got.shape == (3, 4, base.shape[1])
+            for change, a, u in zip(got, alphas, directions):
+                want = steered_change(model, site, u, a, texts, base)
+                assert float(want.abs().max()) > 1e-3  # the steer moves the logits
+                torch.testing.assert_close(change, want, rtol=0, atol=1e-4 * float(want.abs().max()))
+            first = steering.changes(site, alphas[0] * directions[:1], n_texts=2)
+            torch.testing.assert_close(first[0], got[0, :2], rtol=0, atol=1e-4 * float(got.abs().max()))
+    ran = []
+    handle = model.block(0).mlp.register_forward_hook(lambda *_: ran.append(1))
+    try:
+        steering.changes(Site(model.n_layers - 1, "mlp.down"), directions)
+        assert ran == []  # the blocks before the steered layer are not recomputed
+        steering.changes(Site(0, "mlp.down"), directions[:1])
+        assert len(ran) == 1
+    finally:
+        handle.remove()
+    for block in steering.blocks:  # every block runs its own forward again
+        assert "forward" not in block.__dict__
+    torch.testing.assert_close(last_token_logits(model, texts), base, rtol=0, atol=0)
+    with pytest.raises(ValueError, match="n_texts=5"):
+        steering.changes(Site(0, "attn.o"), directions, n_texts=5)
 
 
 def test_rank_statistics():

@@ -129,3 +129,22 @@ def test_best_direction_residuals_on_a_hand_made_case():
     h = torch.tensor([[1.0, 2.0, 0.0, 3.0], [0.0, 0.0, 5.0, 0.0]], dtype=torch.float64)
     torch.testing.assert_close(best_direction_residuals(h, U, best=1), torch.tensor([1.0 + 9.0, 0.0], dtype=torch.float64))
     torch.testing.assert_close(best_direction_residuals(h, U, best=8), torch.tensor([9.0, 0.0], dtype=torch.float64))
+
+
+@pytest.mark.parametrize("n", [5, 8, 40])
+def test_best_direction_residuals_equal_a_dense_least_squares_fit_per_token(n):
+    """The normal-equation residuals against a per-token pseudo-inverse fit in the full space, with
+    strongly correlated directions (as tile mounts of one matrix are) and an exactly repeated one."""
+    generator = torch.Generator().manual_seed(3)
+    U = torch.randn(64, n, generator=generator, dtype=torch.float64)
+    U[:, 1:] += 2.0 * U[:, :1]  # every direction leans on the first
+    U[:, -1] = U[:, 0]  # and one repeats it
+    U = U / U.norm(dim=0)
+    h = torch.randn(30, 64, generator=generator, dtype=torch.float64) + 3.0 * U[:, 0]
+    got = best_direction_residuals(h, U)
+    for row, residual in zip(h, got):
+        cos = (U.T @ row).abs()
+        D = U[:, cos.argsort(descending=True)[:8] if n > 8 else torch.arange(n)]
+        want = float(((row - D @ (torch.linalg.pinv(D) @ row)) ** 2).sum())
+        assert float(residual) == pytest.approx(want, rel=1e-9, abs=1e-9 * float(row @ row))
+    torch.testing.assert_close(best_direction_residuals(h, U, gram=U.T @ U), got, rtol=1e-12, atol=1e-12)
