@@ -9,8 +9,8 @@ half first, then the score half; each sequence is run once.
 - between the halves: PCA directions and effective-path mounts are built from those fits;
 - **score half**: for every direction set of every stream, f(u) = mean_t (ΔH_t·u)² / (‖ΔH_t‖² + 1e-12) for
   each direction, the span energy mean_t ‖Q_Sᵀ ΔH_t‖²/‖ΔH_t‖², and coverage (B): per token, the least-squares
-  fit of ΔH_t on its 8 best-aligned directions, Σ‖residual‖² against Σ‖ΔH_t‖² (solved through the normal
-  equations of the 8, in float64).
+  fit of ΔH_t on its 8 best-aligned directions, Σ‖residual‖² against Σ‖ΔH_t‖² (solved through the
+  normal equations of the 8, in float64).
 
 A stream is a site's output (ΔH) or an effective path's: ``mlp.up~eff`` reads act(gate) ⊙ up (the input of
 ``mlp.down``), ``attn.v~eff`` the o_proj input averaged over the query heads of each KV head. Per-token data
@@ -126,8 +126,9 @@ def best_direction_residuals(h: torch.Tensor, U: torch.Tensor, best: int = COVER
     """[m] ‖h_t − D_t c_t‖² for the least-squares fit of each row h_t on its ``best`` directions of U
     [d, n] with the largest |cos| to it (all of them when n ≤ best). Solved in the picked directions'
     coordinates: with p_t = Uᵀh_t and G = UᵀU (``gram``, computed when not given), the fit's normal
-    equations are G_PP c = p_P and its residual is ‖h_t‖² − p_Pᵀ c, so no [m, d, best] system is formed. The SVD-based solver (gelsd) keeps repeated or nearly parallel
-    directions exact; QR with pivoting (gelsy, the default) misjudges the rank of such a G."""
+    equations are G_PP c = p_P and its residual is ‖h_t‖² − p_Pᵀ c, so no [m, d, best] system is formed.
+    The SVD-based solver (gelsd) keeps repeated or nearly parallel directions exact; QR with pivoting
+    (gelsy, the default) misjudges the rank of such a G."""
     h, U = h.double(), U.double()
     gram = U.T @ U if gram is None else gram
     p = h @ U  # [m, n]; U's columns are unit, so |p| ranks them by |cos|
