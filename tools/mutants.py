@@ -75,6 +75,7 @@ MUTANTS = [  # (file, original text, mutated text, tests to run, what the mutant
  ('helpers/singular/identities.py', 'relative_error((x @ qk.U * qk.S[:, None, :])', 'relative_error((x @ qk.U)', 'tests/unit/test_augmented.py', 'QK identity through the SVD without σ'),
  ('helpers/tiled/steer.py', 'self._started_at(site.layer, start.repeat(m, 1, 1))', 'self._started_at(site.layer, start.repeat_interleave(m, 0))', 'tests/unit/test_checks.py', 'cached residual rows paired with the wrong texts'),
  ('helpers/tiled/steer.py', '            vars(self.blocks[i])["forward"] = cached if i == layer - 1 else bypass', '            vars(self.blocks[i])["forward"] = bypass', 'tests/unit/test_checks.py', 'steered forward starts from the embeddings, not the cached residual'),
+ ('helpers/tiled/steer.py', '    if steering.model is not model or steering.texts is not texts:', '    if False:', 'tests/unit/test_checks.py', 'a Steering of other texts accepted'),
 ]
 
 

@@ -25,7 +25,7 @@ import torch
 
 from helpers.core.logits import lens
 from helpers.core.weights import final_norm
-from helpers.tiled.steer import Steering, SteerTexts, spearman, top_jaccard
+from helpers.tiled.steer import Steering, SteerTexts, spearman, steering_of, top_jaccard
 from helpers.tiled.verdicts import rule_a, rule_b1, rule_c1
 
 FACTORS = ("rounding", "b1_window", "lens", "c_mounts")
@@ -74,7 +74,7 @@ def released_c(model, plans, results: dict, texts: SteerTexts, thresholds: dict,
     ``results`` is ``SiteStatistics.results()`` of the same plans. ``steering`` and ``tile_changes``: those
     ``steer.check_c`` used and filled, so that our mount's steer is not run twice."""
     t = thresholds["C"]
-    steering = steering or Steering(model, texts)
+    steering = steering_of(model, texts, steering)
     few = min(RELEASED_TEXTS, len(texts.last))
     residual = [p for p in plans if p.site.residual and p.effective is None]
     if progress:

@@ -144,6 +144,16 @@ class Steering:
         return torch.cat(out)
 
 
+def steering_of(model, texts: SteerTexts, steering: Steering | None) -> Steering:
+    """``steering`` if it was made for this model and these texts (refused otherwise), else a new one."""
+    if steering is None:
+        return Steering(model, texts)
+    if steering.model is not model or steering.texts is not texts:
+        raise ValueError("the Steering passed was made for another model or other texts: its cached residual "
+                         "stream and base logits would be theirs; make it with Steering(model, texts)")
+    return steering
+
+
 def bootstrap_rho(change: torch.Tensor, prediction: torch.Tensor, n_boot: int, seed: int) -> tuple[float, float]:
     """95 % interval of ρ(mean over resampled texts of the change, prediction)."""
     generator = torch.Generator().manual_seed(seed)
@@ -161,7 +171,7 @@ def check_c(model, plans: list[StreamPlan], texts: SteerTexts, thresholds: dict,
     ``Steering`` of these texts to share (one is made otherwise); ``tile_changes``, when given, receives
     each site's mean change under its tile mount at α (``judges.released_c`` reads it)."""
     t = thresholds["C"]
-    steering = steering or Steering(model, texts)
+    steering = steering_of(model, texts, steering)
     residual = [p for p in plans if p.site.residual and p.effective is None]
     if progress:
         from tqdm.auto import tqdm

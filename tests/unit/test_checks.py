@@ -10,6 +10,7 @@ from helpers.core.logits import lens
 from helpers.tiled.steer import (Steering, check_c, last_token_logits, spearman, steer_texts, steered_change,
                                  top_jaccard)
 from helpers.tiled.judges import PAPER_JUDGE
+from helpers.tiled.plans import build_plans
 from helpers.tiled.sweep import Sweep, sweep
 from helpers.tiled.thresholds import load_thresholds
 from helpers.tiled.verdicts import check_a, check_b, rule_c1
@@ -114,7 +115,6 @@ def test_check_c_judges_a_real_steer_that_follows_the_lens(tmp_path, monkeypatch
     """On the last layer of a tiny model a small steer follows the lens (ρ near 1): with C judged from
     layer 0 the verdict must be a pass; with a ρ and Jaccard no steer can reach, a fail."""
     monkeypatch.setenv("SVDIRS_CACHE", str(tmp_path))
-    from helpers.tiled.plans import build_plans
 
     model = load_model("tiny-gemma3", processing="raw")
     sample = sample_tokens(gpt2_tokenizer(), n_tokens=60, max_tokens=16, tokenizer_name="gpt2")
@@ -166,6 +166,10 @@ def test_steering_from_the_cached_residual_equals_the_full_steered_forward(name)
     torch.testing.assert_close(last_token_logits(model, texts), base, rtol=0, atol=0)
     with pytest.raises(ValueError, match="n_texts=5"):
         steering.changes(Site(0, "attn.o"), directions, n_texts=5)
+    plans = build_plans(model, [Site(model.n_layers - 1, "mlp.down")], T, effective=False)
+    other = steer_texts(sample, n_texts=3)
+    with pytest.raises(ValueError, match="another model or other texts"):
+        check_c(model, plans, other, T, progress=False, steering=steering)
 
 
 def test_rank_statistics():
