@@ -21,17 +21,28 @@ from helpers.tiled.verdicts import rule_c1
 
 
 def centred_ranks(x: torch.Tensor) -> torch.Tensor:
-    """Ranks of x (one sort; ties broken by order, negligible over a vocabulary), centred, unit norm."""
-    order = x.float().argsort()
-    r = torch.empty(len(x), dtype=torch.float64)
-    r[order] = torch.arange(len(x), dtype=torch.float64)
-    r -= r.mean()
-    return r / r.norm()
+    """Ranks of x [..., V] along its last axis (one sort per row; ties broken by position, negligible over a
+    vocabulary), centred, unit norm per row."""
+    order = torch.sort(x.float(), dim=-1, stable=True).indices
+    positions = torch.arange(x.shape[-1], dtype=torch.float64).expand(order.shape)
+    r = torch.empty(order.shape, dtype=torch.float64).scatter_(-1, order, positions)
+    r -= r.mean(-1, keepdim=True)
+    return r / r.norm(dim=-1, keepdim=True)
 
 
 def spearman(a: torch.Tensor, b: torch.Tensor | None = None, b_ranks: torch.Tensor | None = None) -> float:
     """Spearman ρ of two vectors; pass ``b_ranks`` (``centred_ranks(b)``) to reuse them."""
     return float(centred_ranks(a) @ (centred_ranks(b) if b_ranks is None else b_ranks))
+
+
+def spearman_rows(rows: torch.Tensor, b_ranks: torch.Tensor) -> torch.Tensor:
+    """[m] Spearman ρ of each row of ``rows`` [m, V] with the vector whose ``centred_ranks`` are ``b_ranks``:
+    Σ_k (k − mean rank) b_ranks[order_k] / ‖k − mean rank‖ over each row's sorted order (no rank vector is
+    scattered; ``centred_ranks``' ties)."""
+    order = torch.sort(rows.float(), dim=-1, stable=True).indices
+    k = torch.arange(rows.shape[-1], dtype=torch.float64)
+    k -= k.mean()
+    return b_ranks[order] @ (k / k.norm())
 
 
 def top_jaccard(a: torch.Tensor, b: torch.Tensor, top: int = 20) -> float:
@@ -155,11 +166,13 @@ def steering_of(model, texts: SteerTexts, steering: Steering | None) -> Steering
 
 
 def bootstrap_rho(change: torch.Tensor, prediction: torch.Tensor, n_boot: int, seed: int) -> tuple[float, float]:
-    """95 % interval of ρ(mean over resampled texts of the change, prediction)."""
+    """95 % interval of ρ(mean over resampled texts of the change [n, vocab], prediction). Each resample's mean
+    is its draw counts times the change; the ``n_boot`` means are ranked in one batch."""
     generator = torch.Generator().manual_seed(seed)
-    ranks = centred_ranks(prediction)
-    values = [spearman(change[torch.randint(len(change), (len(change),), generator=generator)].mean(0), b_ranks=ranks)
-              for _ in range(n_boot)]
+    n = len(change)
+    draws = torch.stack([torch.randint(n, (n,), generator=generator) for _ in range(n_boot)])
+    counts = torch.zeros(n_boot, n, dtype=torch.float64).scatter_add_(1, draws, torch.ones(draws.shape, dtype=torch.float64))
+    values = spearman_rows(counts @ change.double() / n, centred_ranks(prediction)).tolist()
     return float(np.percentile(values, 2.5)), float(np.percentile(values, 97.5))
 
 

@@ -2,13 +2,14 @@
 and the whole sweep on a tiny model with its negative control."""
 from types import SimpleNamespace
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
 
 from helpers.core.logits import lens
-from helpers.tiled.steer import (Steering, check_c, last_token_logits, spearman, steer_texts, steered_change,
-                                 top_jaccard)
+from helpers.tiled.steer import (Steering, bootstrap_rho, centred_ranks, check_c, last_token_logits, spearman,
+                                 spearman_rows, steer_texts, steered_change, top_jaccard)
 from helpers.tiled.judges import PAPER_JUDGE
 from helpers.tiled.plans import build_plans
 from helpers.tiled.sweep import Sweep, sweep
@@ -172,12 +173,35 @@ def test_steering_from_the_cached_residual_equals_the_full_steered_forward(name)
         check_c(model, plans, other, T, progress=False, steering=steering)
 
 
+def test_bootstrap_interval_equals_the_resample_by_resample_percentiles():
+    """Oracle: each resample drawn, averaged and rank-correlated on its own (scipy-free Spearman of
+    dense ranks), then numpy's percentiles; the batched counts-times-change path must give the same."""
+    generator = torch.Generator().manual_seed(3)
+    change = torch.randn(7, 500, dtype=torch.float64, generator=generator)
+    prediction = torch.randn(500, dtype=torch.float64, generator=generator) + change.mean(0)
+
+    def ranks(x):
+        r = torch.empty(len(x), dtype=torch.float64)
+        r[x.argsort()] = torch.arange(len(x), dtype=torch.float64)
+        return (r - r.mean()) / (r - r.mean()).norm()
+    draws = torch.Generator().manual_seed(11)
+    values = [float(ranks(change[torch.randint(7, (7,), generator=draws)].mean(0)) @ ranks(prediction))
+              for _ in range(40)]
+    expected = np.percentile(values, 2.5), np.percentile(values, 97.5)
+    assert bootstrap_rho(change, prediction, 40, seed=11) == pytest.approx(expected, abs=1e-12)
+    assert expected[0] < expected[1]
+
+
 def test_rank_statistics():
     a = torch.tensor([0.1, 3.0, -2.0, 7.0, 0.5], dtype=torch.float64)
     assert spearman(a, a ** 3) == pytest.approx(1.0) and spearman(a, -a) == pytest.approx(-1.0)
     # ranks of a: 2 4 1 5 3 against 1 2 3 4 5: Σd² = 14, ρ = 1 − 6·14/(5·24) = 0.3
     assert spearman(a, torch.tensor([1.0, 2, 3, 4, 5])) == pytest.approx(0.3)
     assert top_jaccard(a, a, 2) == 1.0 and top_jaccard(a, -a, 2) == 0.0
+    rows = torch.stack([a, -a, a ** 3, torch.tensor([1.0, 1, 0, 0, 2])])  # the last with ties
+    b = torch.tensor([1.0, 2, 3, 4, 5])
+    assert spearman_rows(rows, centred_ranks(b)).tolist() == pytest.approx([spearman(r, b) for r in rows], abs=1e-12)
+    assert spearman_rows(rows, centred_ranks(b))[0] == pytest.approx(0.3)
 
 
 def test_small_steer_at_the_last_layer_follows_gemmas_one_plus_w_lens_not_w():
