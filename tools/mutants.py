@@ -76,6 +76,8 @@ MUTANTS = [  # (file, original text, mutated text, tests to run, what the mutant
  ('helpers/tiled/steer.py', 'self._started_at(site.layer, start.repeat(m, 1, 1))', 'self._started_at(site.layer, start.repeat_interleave(m, 0))', 'tests/unit/test_checks.py', 'cached residual rows paired with the wrong texts'),
  ('helpers/tiled/steer.py', '            vars(self.blocks[i])["forward"] = cached if i == layer - 1 else bypass', '            vars(self.blocks[i])["forward"] = bypass', 'tests/unit/test_checks.py', 'steered forward starts from the embeddings, not the cached residual'),
  ('helpers/tiled/steer.py', '    if steering.model is not model or steering.texts is not texts:', '    if False:', 'tests/unit/test_checks.py', 'a Steering of other texts accepted'),
+ ('helpers/tiled/steer.py', '    k -= k.mean()\n', '', 'tests/unit/test_checks.py', 'batched Spearman ρ without centring the ranks'),
+ ('helpers/tiled/steer.py', '.scatter_add_(1, draws, torch.ones(draws.shape, dtype=torch.float64))', '+ 1', 'tests/unit/test_checks.py', 'bootstrap means over every text instead of the resampled ones'),
 ]
 
 
