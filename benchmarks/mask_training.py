@@ -1,12 +1,13 @@
 """Cost of one mask-training step vs a plain forward+backward of the same model on the same batch.
 
     python benchmarks/mask_training.py [--model smollm2-135m] [--batch 32] [--repeats 5]
-                                       [--parametrisation hard_concrete|sigmoid]
+                                       [--parametrisation hard_concrete|sigmoid] [--rule corrupted@all|paper]
 
 "plain": the model's own forward at all positions (logits everywhere) and a backward of the answer-position
 cross-entropy into all its weights. "mask step": ``helpers.singular.training.training_step``, the step ``train_masks``
 runs (masked forward through hooks, logits at the answer positions only, KL + α Σ m, backward into the mask
-logits, gradient clipping, AdamW step).
+logits, gradient clipping, AdamW step). ``--rule paper`` is paper 1's mixed rule (OV and MLP masked at the answer
+position only), the rule of two of notebook 02's five trainings per task.
 Prints median seconds over ``repeats`` after one warm-up, and the ratio.
 """
 import argparse
@@ -38,6 +39,7 @@ def main():
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--parametrisation", default="hard_concrete", choices=["hard_concrete", "sigmoid"])
+    parser.add_argument("--rule", default="corrupted@all", choices=["corrupted@all", "paper"])
     args = parser.parse_args()
     torch.set_num_threads(2)
     model = load_model(args.model)
@@ -54,7 +56,7 @@ def main():
         for p in model.hf_model.parameters():
             p.requires_grad_(False)
 
-    rule = AblationRule.uniform("corrupted")
+    rule = AblationRule.paper() if args.rule == "paper" else AblationRule.uniform("corrupted")
     prepared = prepare(masked, task, rule)
     masks = DirectionMasks(model, parametrisation=args.parametrisation)
     masks.train()  # hard-concrete: stochastic gates, as in training
@@ -66,7 +68,7 @@ def main():
 
     plain_s, step_s = timed(plain, args.repeats), timed(mask_step, args.repeats)
     print(f"model {args.model}, batch {args.batch} IOI prompts x {task.clean.shape[1]} tokens, 2 threads, "
-          f"{args.parametrisation} masks")
+          f"{args.parametrisation} masks, rule {rule.name}")
     print(f"plain forward+backward: {plain_s:.3f} s")
     print(f"mask training step:     {step_s:.3f} s   ratio {step_s / plain_s:.2f}")
 

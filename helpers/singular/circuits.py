@@ -13,6 +13,8 @@ kept directions in every (layer, kind) block.
 """
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 import pandas as pd
 import torch
@@ -77,25 +79,49 @@ def task_metric(task: Task, final_logits: torch.Tensor) -> tuple[torch.Tensor, t
     return diff, diff > 0
 
 
+def content_key(circuit) -> str | None:
+    """A digest of a ``FixedMasks``' every block (name, shape, dtype, values); None for masks that can change
+    (``DirectionMasks``)."""
+    if not isinstance(circuit, FixedMasks):
+        return None
+    digest = hashlib.sha256()
+    for name in sorted(circuit.blocks):
+        block = circuit.blocks[name].detach().contiguous()
+        digest.update(f"{name}:{tuple(block.shape)}:{block.dtype}:".encode())
+        digest.update(block.cpu().numpy().tobytes())
+    return digest.hexdigest()
+
+
 class CircuitEvaluator:
-    """Held-out evaluation of many binarised circuits; the full model and references computed once."""
+    """Held-out evaluation of many binarised circuits; the full model and references computed once.
+
+    A notebook evaluates some circuits more than once (a trained circuit in the α sweep and again when its
+    file is scored; the random controls of the same kept set; the full model). Results are kept by the
+    circuit's ``content_key``, so a circuit with the same values on these prompts is run once."""
 
     def __init__(self, masked: MaskedModel, task: Task, rule: AblationRule):
         self.masked, self.task, self.rule = masked, task, rule
         self.prepared = prepare(masked, task, rule)
         # log-softmax shifts each row by a constant: logit differences and probabilities are unchanged
         self.full_metric, self.full_correct = task_metric(task, self.prepared.log_p_full)
+        self._results: dict[str, dict] = {}
 
     def _logits(self, circuit, task: Task, references) -> torch.Tensor:
         with torch.no_grad():
             return self.masked.masked_final_logits(circuit, self.rule, task.clean, task.answer_pos, references)
 
     def evaluate(self, circuit) -> dict:
+        key = content_key(circuit)
+        if key is not None and key in self._results:
+            return dict(self._results[key])
         logits = self._logits(circuit, self.task, self.prepared.references)
         metric, correct = task_metric(self.task, logits)
-        return dict(kl=float(kl_to_full(self.prepared.log_p_full, logits).mean()), metric=float(metric.mean()),
-                    accuracy=float(correct.double().mean()), full_metric=float(self.full_metric.mean()),
-                    full_accuracy=float(self.full_correct.double().mean()))
+        result = dict(kl=float(kl_to_full(self.prepared.log_p_full, logits).mean()), metric=float(metric.mean()),
+                      accuracy=float(correct.double().mean()), full_metric=float(self.full_metric.mean()),
+                      full_accuracy=float(self.full_correct.double().mean()))
+        if key is not None:
+            self._results[key] = dict(result)
+        return result
 
     def two_digit(self, circuits: list) -> list[dict]:
         """Greater-than: the exact metric Σ_{y>YY} p(y) − Σ_{y≤YY} p(y) over two-digit years, for each

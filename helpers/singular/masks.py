@@ -272,17 +272,18 @@ class MaskedModel:
     def _kinds(self, layer: int):
         return ["qk", "ov", *self.bases[layer].mlp]
 
-    def masked_hooks(self, masks, rule: AblationRule, references, answer_pos: torch.Tensor, n_pos: int):
-        """Forward hooks that apply ``masks`` under ``rule``."""
-        n = answer_pos.shape[0]
-        at_answer = torch.zeros(n, n_pos)
-        at_answer[torch.arange(n), answer_pos] = 1.0
+    def masked_hooks(self, masks, rule: AblationRule, references, answer_pos: torch.Tensor):
+        """Forward hooks that apply ``masks`` under ``rule``. A kind masked at the answer position only has
+        its coefficients computed there and nowhere else (its change is zero at every other position)."""
+        at_answer = (torch.arange(answer_pos.shape[0]), answer_pos)
         hooks = []
         for layer in range(len(self.bases)):
             for kind in self._kinds(layer):
                 where = at_answer if rule.positions[kind] == "answer" else None
                 mask = masks.values(layer, kind)
                 ref = references[layer][kind]
+                if where is not None and ref is not None and ref.ndim >= 3:  # per prompt and position: [n, 1, ...]
+                    ref = ref[where][:, None]
                 if kind == "ov":
                     hooks += self._ov_hooks(layer, mask, ref, where)
                 else:
@@ -291,22 +292,28 @@ class MaskedModel:
         return hooks
 
     @staticmethod
-    def _delta(a, mask, ref, where):
-        """(m − 1)(a − a_ref), restricted to the chosen positions."""
-        delta = (mask - 1) * (a if ref is None else a - ref)
-        if where is not None:
-            delta = delta * where.reshape(*where.shape, *([1] * (delta.ndim - 2)))
-        return delta
+    def _delta(a, mask, ref):
+        """(m − 1)(a − a_ref)."""
+        return (mask - 1) * (a if ref is None else a - ref)
+
+    @staticmethod
+    def _add_at(value, change, where):
+        """value + change, at every position (``where`` None) or at the (rows, positions) ``where`` only."""
+        if where is None:
+            return value + change
+        return value.index_put(where, value[where] + change)
 
     def _coefficient_hook(self, layer, kind, mask, ref, where):
         b = self.bases[layer]
 
         def hook(value, hook):
-            a = self._coefficients(layer, kind, value)
-            delta = self._delta(a, mask, ref, where)
+            a = self._coefficients(layer, kind, value if where is None else value[where][:, None])
+            delta = self._delta(a, mask, ref)
             if kind == "qk":  # q = c A, so a change of the coefficients changes q by Δc A
-                return value + torch.einsum("nphf,hfe->nphe", delta, b.qk_A)
-            return value + delta @ b.mlp[kind].T
+                change = torch.einsum("nphf,hfe->nphe", delta, b.qk_A)
+            else:
+                change = delta @ b.mlp[kind].T
+            return self._add_at(value, change if where is None else change[:, 0], where)
         return hook
 
     def _ov_hooks(self, layer, mask, ref, where):
@@ -314,14 +321,15 @@ class MaskedModel:
         state = {}
 
         def on_z(z, hook):
-            a = self._coefficients(layer, "ov", z)
-            state["change"] = torch.einsum("nphr,hdr->npd", self._delta(a, mask, ref, where), b.ov_V)
+            a = self._coefficients(layer, "ov", z if where is None else z[where][:, None])
+            change = torch.einsum("nphr,hdr->npd", self._delta(a, mask, ref), b.ov_V)
+            state["change"] = change if where is None else change[:, 0]
             return z
 
         def on_output(out, hook):
-            return out + state.pop("change")
+            return self._add_at(out, state.pop("change"), where)
         return [(f"blocks.{layer}.attn.hook_z", on_z), (f"blocks.{layer}.attn.o.hook_out", on_output)]
 
     def masked_final_logits(self, masks, rule: AblationRule, tokens, answer_pos, references) -> torch.Tensor:
-        hooks = self.masked_hooks(masks, rule, references, answer_pos, tokens.shape[1])
+        hooks = self.masked_hooks(masks, rule, references, answer_pos)
         return self.final_logits(tokens, answer_pos, hooks)

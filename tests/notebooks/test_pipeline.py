@@ -311,6 +311,16 @@ def test_the_source_notebooks_hold_no_outputs():
         assert not dirty, f"{path.name}: cells {dirty} hold outputs; clear them (the pipeline writes executed copies)"
 
 
+def test_every_source_notebook_cell_has_a_unique_id():
+    """nbformat 4.5 cell ids: without one, every save draws a random id and the executed copies differ from
+    one identical run to the next."""
+    for path in sorted(NOTEBOOKS.glob("*.ipynb")):
+        ids = [c.get("id") for c in json.loads(path.read_text())["cells"]]
+        missing = [i for i, cell_id in enumerate(ids) if not cell_id]
+        assert not missing, f"{path.name}: cells {missing} have no id; give each a stable, unique one"
+        assert len(set(ids)) == len(ids), f"{path.name}: repeated cell ids {sorted({i for i in ids if ids.count(i) > 1})}"
+
+
 TINY_CIRCUIT_RUNS = """
 [[runs]]
 name = "02_masking-ioi-tiny-llama"

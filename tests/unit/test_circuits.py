@@ -155,3 +155,27 @@ def test_two_digit_metric_refuses_other_tasks():
     evaluator = CircuitEvaluator(MaskedModel(model), ioi_task(model, 4, seed=0), AblationRule.uniform("zero", "all"))
     with pytest.raises(ValueError, match="greater-than"):
         evaluator.two_digit([FixedMasks.ones(model)])
+
+
+def test_a_circuit_with_the_same_values_is_run_once_and_any_change_is_run_again():
+    model = cached_model("tiny-llama", "fold_norm")
+    masked = MaskedModel(model)
+    task = ioi_task(model, 6, seed=2)
+    evaluator = CircuitEvaluator(masked, task, AblationRule.uniform("corrupted"))
+    calls = []
+    run = evaluator._logits
+    evaluator._logits = lambda *args: calls.append(1) or run(*args)
+    circuit = random_like(FixedMasks.binarised(ranked_masks()[1]), seed=0)
+    first = evaluator.evaluate(circuit)
+    copy = FixedMasks({n: v.clone() for n, v in circuit.blocks.items()})
+    first["kl"] = -1.0  # a caller changing its result does not change the kept one
+    assert evaluator.evaluate(copy) != first and len(calls) == 1
+    assert evaluator.evaluate(copy) == CircuitEvaluator(masked, task, evaluator.rule).evaluate(circuit)
+    flipped = FixedMasks({n: v.clone() for n, v in circuit.blocks.items()})
+    block = next(iter(flipped.blocks))
+    flipped.blocks[block].view(-1)[0] = 1 - flipped.blocks[block].view(-1)[0]
+    changed = evaluator.evaluate(flipped)
+    assert len(calls) == 2 and changed["kl"] != evaluator.evaluate(copy)["kl"]
+    learnable = DirectionMasks(model)  # masks that can change are never kept
+    evaluator.evaluate(learnable), evaluator.evaluate(learnable)
+    assert len(calls) == 4

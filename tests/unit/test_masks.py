@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from helpers.singular.augmented import direction_shapes
-from helpers.singular.masks import AblationRule, DirectionMasks, FixedMasks, MaskedModel
+from helpers.singular.masks import COEFFICIENT_HOOKS, AblationRule, DirectionMasks, FixedMasks, MaskedModel
 from helpers.core.models import load_model
 from helpers.singular.tasks import ioi_task
 from tests.conftest import TINY_MODELS, cached_model
@@ -118,8 +118,7 @@ def test_one_masked_qk_direction_removes_its_term_from_the_bilinear_form():
     masks.blocks[f"{layer}_qk"][head, k] = 0.0
     rule = AblationRule.uniform("zero")
     svd = layer_svds(layer_weights(model, layer))["qk"][head]
-    hooks = masked.masked_hooks(masks, rule, masked.references(rule, task.clean, None, None), task.answer_pos,
-                                task.clean.shape[1])
+    hooks = masked.masked_hooks(masks, rule, masked.references(rule, task.clean, None, None), task.answer_pos)
     with torch.no_grad(), model.bridge.hooks(fwd_hooks=hooks):
         _, cache = model.bridge.run_with_cache(task.clean)
     _, clean_cache = model.bridge.run_with_cache(task.clean)
@@ -226,3 +225,92 @@ def test_hard_concrete_training_is_seeded_cached_apart_and_ends_in_eval_mode(tmp
     train_masks(masked, task, rule, config, progress=False)
     train_masks(masked, task, rule, TrainConfig(steps=3, batch=4, log_every=1), progress=False)
     assert len(list((tmp_path / "masks").glob("*.pt"))) == 2  # the parametrisation is part of the key
+
+
+def soft_masks(model, seed: int, layers=None) -> FixedMasks:
+    """Masks drawn uniformly in (0, 1) on ``layers`` (all by default), ones elsewhere."""
+    generator = torch.Generator().manual_seed(seed)
+    masks = FixedMasks.ones(model)
+    for name, block in masks.blocks.items():
+        if layers is None or int(name.split("_", 1)[0]) in layers:
+            masks.blocks[name] = torch.rand(block.shape, generator=generator)
+    return masks
+
+
+@pytest.mark.parametrize("name", TINY_MODELS)
+@pytest.mark.parametrize("reference", ["zero", "mean", "corrupted"])
+def test_answer_position_masks_in_the_last_layer_equal_masks_at_every_position(name, reference):
+    """In the last layer, what OV and MLP write at other positions never reaches the answer position's logits:
+    soft masks there give the same logits whether they act at the answer position or at all positions."""
+    model, masked, task, valid = setup(name)
+    masks = soft_masks(model, seed=3, layers={model.n_layers - 1})
+    for kind in ("qk",):  # QK of the last layer reads every position's query: keep it out of this comparison
+        masks.blocks[f"{model.n_layers - 1}_{kind}"] = torch.ones(masks.blocks[f"{model.n_layers - 1}_{kind}"].shape)
+    logits = {}
+    for positions in ("answer", "all"):
+        rule = AblationRule.uniform(reference, positions)
+        refs = masked.references(rule, task.clean, task.corrupted, valid)
+        with torch.no_grad():
+            logits[positions] = masked.masked_final_logits(masks, rule, task.clean, task.answer_pos, refs)
+    assert not torch.allclose(logits["all"], masked.final_logits(task.clean, task.answer_pos), atol=1e-3)  # masks act
+    torch.testing.assert_close(logits["answer"], logits["all"], rtol=1e-5, atol=1e-5 * float(logits["all"].abs().max()))
+
+
+def dense_answer_hooks(masked, masks, rule, references, answer_pos, n_pos):
+    """Oracle: every coefficient at every position, the change (m − 1)(a − a_ref) multiplied by 1 at each
+    prompt's answer position and 0 elsewhere (for the rule's ``answer`` kinds)."""
+    at_answer = torch.zeros(len(answer_pos), n_pos)
+    at_answer[torch.arange(len(answer_pos)), answer_pos] = 1.0
+    hooks = []
+    for layer, b in enumerate(masked.bases):
+        for kind in masked._kinds(layer):
+            where = at_answer if rule.positions[kind] == "answer" else torch.ones(at_answer.shape)
+            mask, ref = masks.values(layer, kind), references[layer][kind]
+
+            def delta(a, mask=mask, ref=ref, where=where):
+                d = (mask - 1) * (a if ref is None else a - ref)
+                return d * where.reshape(*where.shape, *([1] * (d.ndim - 2)))
+            if kind == "ov":
+                state = {}
+
+                def on_z(z, hook, layer=layer, b=b, delta=delta, state=state):
+                    a = torch.einsum("nphe,her->nphr", z, b.ov_from_z) + b.ov_bias
+                    state["change"] = torch.einsum("nphr,hdr->npd", delta(a), b.ov_V)
+                    return z
+                hooks += [(f"blocks.{layer}.attn.hook_z", on_z),
+                          (f"blocks.{layer}.attn.o.hook_out", lambda out, hook, state=state: out + state.pop("change"))]
+            elif kind == "qk":
+                hooks.append((f"blocks.{layer}.attn.hook_q", lambda q, hook, b=b, delta=delta: q + torch.einsum(
+                    "nphf,hfe->nphe", delta(torch.einsum("nphe,hef->nphf", q, b.qk_A_inv)), b.qk_A)))
+            else:
+                V = b.mlp[kind]
+                hooks.append((f"blocks.{layer}.{COEFFICIENT_HOOKS[kind]}",
+                              lambda p, hook, V=V, delta=delta: p + delta(p @ V) @ V.T))
+    return hooks
+
+
+@pytest.mark.parametrize("name", TINY_MODELS)
+@pytest.mark.parametrize("rule", [AblationRule.uniform("corrupted", "answer"), AblationRule.uniform("mean", "answer"),
+                                  AblationRule.paper()], ids=["corrupted@answer", "mean@answer", "paper"])
+def test_answer_position_masks_equal_the_change_at_every_position_times_an_indicator(name, rule):
+    """Soft masks at every layer: logits and the gradient of a loss into the masks match the oracle that
+    computes every coefficient at every position and zeroes the change away from the answer."""
+    model, masked, task, valid = setup(name)
+    refs = masked.references(rule, task.clean, task.corrupted, valid)
+    results = {}
+    for path in ("helpers", "oracle"):
+        logits_of = {n: torch.nn.Parameter(torch.logit(v.clamp(0.02, 0.98)))
+                     for n, v in soft_masks(model, seed=5).blocks.items()}
+        masks = FixedMasks({n: torch.sigmoid(p) for n, p in logits_of.items()})
+        if path == "helpers":
+            logits = masked.masked_final_logits(masks, rule, task.clean, task.answer_pos, refs)
+        else:
+            hooks = dense_answer_hooks(masked, masks, rule, refs, task.answer_pos, task.clean.shape[1])
+            logits = masked.final_logits(task.clean, task.answer_pos, hooks)
+        logits.logsumexp(-1).sum().backward()
+        results[path] = (logits.detach(), {n: p.grad for n, p in logits_of.items()})
+    (logits, grads), (expected, expected_grads) = results["helpers"], results["oracle"]
+    torch.testing.assert_close(logits, expected, rtol=1e-5, atol=1e-5 * float(expected.abs().max()))
+    for n in grads:
+        torch.testing.assert_close(grads[n], expected_grads[n], rtol=1e-4, atol=1e-6, msg=n)
+    assert any(float(g.abs().max()) > 0 for g in grads.values())
