@@ -79,7 +79,7 @@ MUTANTS = [  # (file, original text, mutated text, tests to run, what the mutant
  ('helpers/tiled/steer.py', '    k -= k.mean()\n', '', 'tests/unit/test_checks.py', 'batched Spearman ρ without centring the ranks'),
  ('helpers/tiled/steer.py', '.scatter_add_(1, draws, torch.ones(draws.shape, dtype=torch.float64))', '+ 1', 'tests/unit/test_checks.py', 'bootstrap means over every text instead of the resampled ones'),
  ('helpers/singular/masks.py', '                    ref = ref[where][:, None]', '                    ref = ref[:, :1]', 'tests/unit/test_masks.py', 'answer-position masks read the reference at position 0'),
- ('helpers/singular/masks.py', '        return value.index_put(where, value[where] + change)', '        return value.index_put((where[0], torch.zeros_like(where[1])), value[where] + change)', 'tests/unit/test_masks.py', 'answer-position change written at position 0'),
+ ('helpers/singular/masks.py', '        return value.index_put(where, value[where] + change[:, 0])', '        return value.index_put((where[0], torch.zeros_like(where[1])), value[where] + change[:, 0])', 'tests/unit/test_masks.py', 'answer-position change written at position 0'),
  ('helpers/singular/circuits.py', '        digest.update(block.cpu().numpy().tobytes())', '        pass', 'tests/unit/test_circuits.py', "kept evaluations keyed without the circuit's values"),
 ]
 

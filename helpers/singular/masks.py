@@ -297,23 +297,28 @@ class MaskedModel:
         return (mask - 1) * (a if ref is None else a - ref)
 
     @staticmethod
+    def _at(value, where):
+        """[n, T, ...] value at every position (``where`` None), or [n, 1, ...] at the (rows, positions) ``where``."""
+        return value if where is None else value[where][:, None]
+
+    @staticmethod
     def _add_at(value, change, where):
-        """value + change, at every position (``where`` None) or at the (rows, positions) ``where`` only."""
+        """value + change (shaped like ``_at(value, where)``), at every position or at ``where`` only."""
         if where is None:
             return value + change
-        return value.index_put(where, value[where] + change)
+        return value.index_put(where, value[where] + change[:, 0])
 
     def _coefficient_hook(self, layer, kind, mask, ref, where):
         b = self.bases[layer]
 
         def hook(value, hook):
-            a = self._coefficients(layer, kind, value if where is None else value[where][:, None])
+            a = self._coefficients(layer, kind, self._at(value, where))
             delta = self._delta(a, mask, ref)
             if kind == "qk":  # q = c A, so a change of the coefficients changes q by Δc A
                 change = torch.einsum("nphf,hfe->nphe", delta, b.qk_A)
             else:
                 change = delta @ b.mlp[kind].T
-            return self._add_at(value, change if where is None else change[:, 0], where)
+            return self._add_at(value, change, where)
         return hook
 
     def _ov_hooks(self, layer, mask, ref, where):
@@ -321,9 +326,8 @@ class MaskedModel:
         state = {}
 
         def on_z(z, hook):
-            a = self._coefficients(layer, "ov", z if where is None else z[where][:, None])
-            change = torch.einsum("nphr,hdr->npd", self._delta(a, mask, ref), b.ov_V)
-            state["change"] = change if where is None else change[:, 0]
+            a = self._coefficients(layer, "ov", self._at(z, where))
+            state["change"] = torch.einsum("nphr,hdr->npd", self._delta(a, mask, ref), b.ov_V)
             return z
 
         def on_output(out, hook):
