@@ -2,12 +2,14 @@
 
     python benchmarks/mask_training.py [--model smollm2-135m] [--batch 32] [--repeats 5]
                                        [--parametrisation hard_concrete|sigmoid] [--rule corrupted@all|paper]
+                                       [--maps factored hooks]
 
 "plain": the model's own forward at all positions (logits everywhere) and a backward of the answer-position
 cross-entropy into all its weights. "mask step": ``helpers.singular.training.training_step``, the step ``train_masks``
 runs (masked forward through hooks, logits at the answer positions only, KL + α Σ m, backward into the mask
 logits, gradient clipping, AdamW step). ``--rule paper`` is paper 1's mixed rule (OV and MLP masked at the answer
-position only), the rule of two of notebook 02's five trainings per task.
+position only), the rule of two of notebook 02's five trainings per task. ``--maps`` times the step once per way
+of computing masked MLP maps (``MaskedModel(factored_mlp=...)``: "factored", the default, or "hooks"), in one run.
 Prints median seconds over ``repeats`` after one warm-up, and the ratio.
 """
 import argparse
@@ -40,10 +42,10 @@ def main():
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--parametrisation", default="hard_concrete", choices=["hard_concrete", "sigmoid"])
     parser.add_argument("--rule", default="corrupted@all", choices=["corrupted@all", "paper"])
+    parser.add_argument("--maps", nargs="+", default=["factored"], choices=["factored", "hooks"])
     args = parser.parse_args()
     torch.set_num_threads(2)
     model = load_model(args.model)
-    masked = MaskedModel(model)
     task = ioi_task(model, args.batch, seed=0)
     rows = torch.arange(args.batch)
 
@@ -57,21 +59,23 @@ def main():
             p.requires_grad_(False)
 
     rule = AblationRule.paper() if args.rule == "paper" else AblationRule.uniform("corrupted")
-    prepared = prepare(masked, task, rule)
-    masks = DirectionMasks(model, parametrisation=args.parametrisation)
-    masks.train()  # hard-concrete: stochastic gates, as in training
     config = TrainConfig(batch=args.batch, parametrisation=args.parametrisation)
-    optimiser = torch.optim.AdamW(masks.parameters(), lr=config.lr, weight_decay=0.0)
-
-    def mask_step():  # the training loop's own step (clipping included), on the whole batch
-        training_step(masked, masks, rule, task, prepared, rows, optimiser, config)
-
-    plain_s, step_s = timed(plain, args.repeats), timed(mask_step, args.repeats)
     print(f"model {args.model}, batch {args.batch} IOI prompts x {task.clean.shape[1]} tokens, 2 threads, "
           f"{args.parametrisation} masks, rule {rule.name}")
+    plain_s = timed(plain, args.repeats)
     print(f"plain forward+backward: {plain_s:.3f} s")
-    print(f"mask training step:     {step_s:.3f} s   ratio {step_s / plain_s:.2f}")
+    for maps in args.maps:
+        masked = MaskedModel(model, factored_mlp=maps == "factored")
+        prepared = prepare(masked, task, rule)
+        masks = DirectionMasks(model, parametrisation=args.parametrisation)
+        masks.train()  # hard-concrete: stochastic gates, as in training
+        optimiser = torch.optim.AdamW(masks.parameters(), lr=config.lr, weight_decay=0.0)
 
+        def mask_step():  # the training loop's own step (clipping included), on the whole batch
+            training_step(masked, masks, rule, task, prepared, rows, optimiser, config)
+
+        step_s = timed(mask_step, args.repeats)
+        print(f"mask training step, {maps:8s} MLP maps: {step_s:.3f} s   ratio {step_s / plain_s:.2f}")
 
 if __name__ == "__main__":
     main()

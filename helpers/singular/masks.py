@@ -12,7 +12,11 @@ Where each mask acts:
 - OV (per head): the head's output r_h = z_h W_O,h + b_O/H has coefficients a = r_h V_h; the change
   (m − 1)(a − a_ref) V_hᵀ is added to the attention output (hooks ``attn.hook_z`` and ``attn.o.hook_out``).
 - MLP in (up, and gate for gated MLPs) and MLP out: the pre-activations / the MLP output p have
-  coefficients a = p V; p ← p + (m − 1)(a − a_ref) Vᵀ (hooks ``mlp.in/gate/out.hook_out``).
+  coefficients a = p V; p ← p + (m − 1)(a − a_ref) Vᵀ (hooks ``mlp.in/gate/out.hook_out``). Where such a
+  mask acts at every position, the map itself is replaced by its factored form: since p = x̃ W̃ lies in the
+  span of V, p = a Vᵀ with a = x (W V) + b V, so the masked map is (a + (m − 1)(a − a_ref)) Vᵀ, computed
+  from the map's input without p (``factored_mlp=True``, the default: about half the multiply-adds of the
+  map plus its hooks; the same maths, to float rounding, as the hooks, which ``factored_mlp=False`` keeps).
 - QK (per head): with W̃_Q = U A, the query's coefficients are c = q A⁻¹ (= x̃ U) and the score is
   Σ_k σ_k c_k (x̃'·v_k); the mask rewrites q ← (m ⊙ c + (1 − m) ⊙ c_ref) A on the query side (hook
   ``attn.hook_q``), which works with grouped key/value heads. With RoPE (and Gemma's q/k norms) the
@@ -27,6 +31,7 @@ positions and so inflates sparsity.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -201,14 +206,22 @@ class FixedMasks:
 
 
 class MaskedModel:
-    """Runs a loaded model with direction masks applied through hooks."""
+    """Runs a loaded model with direction masks applied through hooks (and, with ``factored_mlp``, MLP maps
+    masked at every position replaced by their factored form; module docstring)."""
 
-    def __init__(self, model):
+    def __init__(self, model, factored_mlp: bool = True):
         if model.processing == "transformer_lens":
             raise ValueError("masks need processing='fold_norm' or 'raw': under 'transformer_lens' per-head OV outputs "
                              "are not the model's own (value biases moved into b_O)")
         self.model = model
         self.bases = [layer_bases(model, layer) for layer in range(model.n_layers)]
+        self.factored_mlp = factored_mlp
+        self._from_input = {}  # (layer, kind) -> (P, c): a = x P + c, built on first use
+
+    @property
+    def maps(self) -> str:
+        """How masked MLP maps are computed: "factored" or "hooks" (part of a trained mask's cache key)."""
+        return "factored" if self.factored_mlp else "hooks"
 
     # --- plain runs ---------------------------------------------------------------------------------------
 
@@ -272,13 +285,16 @@ class MaskedModel:
     def _kinds(self, layer: int):
         return ["qk", "ov", *self.bases[layer].mlp]
 
-    def masked_hooks(self, masks, rule: AblationRule, references, answer_pos: torch.Tensor):
-        """Forward hooks that apply ``masks`` under ``rule``. A kind masked at the answer position only has
-        its coefficients computed there and nowhere else (its change is zero at every other position)."""
+    def masked_hooks(self, masks, rule: AblationRule, references, answer_pos: torch.Tensor, skip=()):
+        """Forward hooks that apply ``masks`` under ``rule`` (except to the (layer, kind) pairs in ``skip``).
+        A kind masked at the answer position only has its coefficients computed there and nowhere else (its
+        change is zero at every other position)."""
         at_answer = (torch.arange(answer_pos.shape[0]), answer_pos)
         hooks = []
         for layer in range(len(self.bases)):
             for kind in self._kinds(layer):
+                if (layer, kind) in skip:
+                    continue
                 where = at_answer if rule.positions[kind] == "answer" else None
                 mask = masks.values(layer, kind)
                 ref = references[layer][kind]
@@ -334,6 +350,63 @@ class MaskedModel:
             return self._add_at(out, state.pop("change"), where)
         return [(f"blocks.{layer}.attn.hook_z", on_z), (f"blocks.{layer}.attn.o.hook_out", on_output)]
 
+    # --- factored MLP maps ---------------------------------------------------------------------------------
+
+    def factored_kinds(self, rule: AblationRule) -> list[tuple[int, str]]:
+        """(layer, kind) of the MLP maps computed in factored form under ``rule``: those masked at every
+        position, when ``factored_mlp`` is on and the map is a linear module of known layout."""
+        if not self.factored_mlp:
+            return []
+        return [(layer, kind) for layer, b in enumerate(self.bases) for kind in b.mlp
+                if rule.positions[kind] == "all" and self._linear(layer, kind) is not None]
+
+    def _linear(self, layer: int, kind: str):
+        """The module the bridge's MLP component of ``kind`` wraps, and its weight as [in, out], or None."""
+        component = self.model.bridge.get_submodule(f"blocks.{layer}.{COEFFICIENT_HOOKS[kind].removesuffix('.hook_out')}")
+        module = getattr(component, "original_component", None)
+        if isinstance(module, torch.nn.Linear):
+            return module, module.weight.T
+        if type(module).__name__ == "Conv1D":  # GPT-2's HF layout: y = x W + b with W [in, out]
+            return module, module.weight
+        return None
+
+    def _input_map(self, layer: int, kind: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """(P [in, r], c [r]) with a = x P + c the coefficients of the map's output for its input x."""
+        if (layer, kind) not in self._from_input:
+            module, weight = self._linear(layer, kind)
+            V = self.bases[layer].mlp[kind].double()
+            bias = module.bias if module.bias is not None else torch.zeros(weight.shape[1])
+            self._from_input[layer, kind] = ((weight.detach().double() @ V).float(), (bias.detach().double() @ V).float())
+        return self._from_input[layer, kind]
+
+    @contextmanager
+    def _factored(self, masks, references, pairs):
+        """Each map of ``pairs`` computes (a + (m − 1)(a − a_ref)) Vᵀ from its input while inside."""
+        modules = []
+        for layer, kind in pairs:
+            module, _ = self._linear(layer, kind)
+            P, c = self._input_map(layer, kind)
+            V, mask, ref = self.bases[layer].mlp[kind], masks.values(layer, kind), references[layer][kind]
+
+            def forward(x, P=P, c=c, V=V, mask=mask, ref=ref):
+                a = x @ P + c
+                return (a + self._delta(a, mask, ref)) @ V.T
+            modules.append((module, vars(module).get("forward")))
+            vars(module)["forward"] = forward  # the instance's own forward, ahead of its class's
+        try:
+            yield
+        finally:
+            for module, own in modules:
+                if own is None:
+                    del vars(module)["forward"]
+                else:
+                    vars(module)["forward"] = own
+
     def masked_final_logits(self, masks, rule: AblationRule, tokens, answer_pos, references) -> torch.Tensor:
-        hooks = self.masked_hooks(masks, rule, references, answer_pos)
-        return self.final_logits(tokens, answer_pos, hooks)
+        # one draw per block, in the hooks' order, so that hard-concrete samples do not depend on the path
+        masks = FixedMasks({f"{layer}_{kind}": masks.values(layer, kind)
+                            for layer in range(len(self.bases)) for kind in self._kinds(layer)})
+        pairs = self.factored_kinds(rule)
+        hooks = self.masked_hooks(masks, rule, references, answer_pos, skip=set(pairs))
+        with self._factored(masks, references, pairs):
+            return self.final_logits(tokens, answer_pos, hooks)

@@ -132,12 +132,16 @@ def masking_prompts(model, task_name: str, n_prompts: int, seed: int = 0) -> tup
     return make_task(task_name, model, n_prompts, seed=seed).split(0.5, seed=seed)
 
 
-def training_key(model, task: Task, rule: AblationRule, config: TrainConfig) -> str:
+def training_key(model, task: Task, rule: AblationRule, config: TrainConfig, maps: str = "hooks") -> str:
+    """Cache key of a training: everything that changes its result, ``maps`` (``MaskedModel.maps``) included,
+    since factored and hooked MLP maps differ by float rounding, which training carries into its masks."""
     settings = asdict(config)
     if settings["parametrisation"] == "sigmoid":  # masks saved before the field existed keep their key
         del settings["parametrisation"]
     record = dict(format=MASK_FORMAT, model=model.record(), task=task.name, prompts=task.prompts, rule=rule.record(),
                   config=settings, torch_threads=torch.get_num_threads())  # results differ between thread counts
+    if maps != "hooks":  # masks trained through hooks, saved before maps could be factored, keep their key
+        record["maps"] = maps
     return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -162,7 +166,7 @@ def train_masks(masked: MaskedModel, task: Task, rule: AblationRule, config: Tra
                 progress: bool = True, use_cache: bool = True) -> tuple[DirectionMasks, pd.DataFrame]:
     """Train masks on ``task`` (the training split); returns the masks and the training history."""
     model = masked.model
-    path = cache_dir("masks") / f"{model.name}-{task.name}-{training_key(model, task, rule, config)}.pt"
+    path = cache_dir("masks") / f"{model.name}-{task.name}-{training_key(model, task, rule, config, masked.maps)}.pt"
     masks = DirectionMasks(model, init=config.init, parametrisation=config.parametrisation)
     saved = load_verified(path, "trained masks") if use_cache else None
     if saved is not None:
@@ -189,7 +193,7 @@ def train_masks(masked: MaskedModel, task: Task, rule: AblationRule, config: Tra
     masks.eval()
     save_verified({"state": masks.state_dict(), "history": history,
                    "record": dict(model=model.record(), task=task.name, rule=rule.record(), config=asdict(config),
-                                  torch_threads=torch.get_num_threads())}, path)
+                                  maps=masked.maps, torch_threads=torch.get_num_threads())}, path)
     return masks, pd.DataFrame(history)
 
 

@@ -160,6 +160,9 @@ def test_trained_masks_are_saved_and_a_rerun_with_the_same_configuration_loads_t
     assert history_again.equals(history)
     train_masks(masked, task, rule, TrainConfig(steps=3, batch=4, log_every=1, seed=1), progress=False)
     assert len(list((tmp_path / "masks").glob("*.pt"))) == 2  # another configuration, another file
+    hooked = MaskedModel(model, factored_mlp=False)
+    train_masks(hooked, task, rule, config, progress=False)
+    assert len(list((tmp_path / "masks").glob("*.pt"))) == 3  # maps computed another way, another file
 
 
 def test_hard_concrete_masks_at_init_are_exactly_one_in_eval_mode_and_keep_the_logits():
@@ -289,12 +292,10 @@ def dense_answer_hooks(masked, masks, rule, references, answer_pos, n_pos):
     return hooks
 
 
-@pytest.mark.parametrize("name", TINY_MODELS)
-@pytest.mark.parametrize("rule", [AblationRule.uniform("corrupted", "answer"), AblationRule.uniform("mean", "answer"),
-                                  AblationRule.paper()], ids=["corrupted@answer", "mean@answer", "paper"])
-def test_answer_position_masks_equal_the_change_at_every_position_times_an_indicator(name, rule):
-    """Soft masks at every layer: logits and the gradient of a loss into the masks match the oracle that
-    computes every coefficient at every position and zeroes the change away from the answer."""
+def assert_masks_match_the_hook_oracle(name, rule):
+    """Soft masks at every layer: logits and the gradient of a loss into the masks from ``masked_final_logits``
+    match ``dense_answer_hooks``, which computes every coefficient at every position through hooks (the model
+    computes each map itself) and zeroes the change away from the answer for the rule's ``answer`` kinds."""
     model, masked, task, valid = setup(name)
     refs = masked.references(rule, task.clean, task.corrupted, valid)
     results = {}
@@ -314,3 +315,54 @@ def test_answer_position_masks_equal_the_change_at_every_position_times_an_indic
     for n in grads:
         torch.testing.assert_close(grads[n], expected_grads[n], rtol=1e-4, atol=1e-6, msg=n)
     assert any(float(g.abs().max()) > 0 for g in grads.values())
+
+
+@pytest.mark.parametrize("name", TINY_MODELS)
+@pytest.mark.parametrize("rule", [AblationRule.uniform("corrupted", "answer"), AblationRule.uniform("mean", "answer"),
+                                  AblationRule.paper()], ids=["corrupted@answer", "mean@answer", "paper"])
+def test_answer_position_masks_equal_the_change_at_every_position_times_an_indicator(name, rule):
+    assert_masks_match_the_hook_oracle(name, rule)
+
+
+ALL_POSITIONS = [AblationRule.uniform(reference, "all") for reference in ("zero", "mean", "corrupted")]
+
+
+@pytest.mark.parametrize("name", TINY_MODELS)
+@pytest.mark.parametrize("rule", ALL_POSITIONS, ids=[rule.name for rule in ALL_POSITIONS])
+def test_factored_mlp_maps_equal_the_maps_masked_through_hooks(name, rule):
+    """MLP maps masked at every position are computed from their factors (a = x (W V) + b V, then
+    (a + (m − 1)(a − a_ref)) Vᵀ); the oracle lets the model compute p = x W + b and adds the change through hooks."""
+    _, masked, _, _ = setup(name)
+    every_mlp_map = [(layer, kind) for layer, b in enumerate(masked.bases) for kind in b.mlp]
+    assert masked.factored_kinds(rule) == every_mlp_map  # the path under test is the one taken
+    assert_masks_match_the_hook_oracle(name, rule)
+
+
+@pytest.mark.parametrize("name", TINY_MODELS)
+def test_maps_are_factored_only_where_masked_at_every_position_and_only_when_asked(name):
+    model, masked, _, _ = setup(name)
+    assert masked.maps == "factored" and masked.factored_kinds(AblationRule.paper()) == []  # MLP at the answer only
+    hooked = MaskedModel(model, factored_mlp=False)
+    assert hooked.maps == "hooks" and hooked.factored_kinds(AblationRule.uniform("corrupted")) == []
+
+
+def test_factored_maps_are_put_back_after_a_masked_run_even_one_that_fails():
+    """Outside ``masked_final_logits`` the model is its own again: no masked map stays in place."""
+    model, masked, task, valid = setup("tiny-gpt2")
+    plain = masked.final_logits(task.clean, task.answer_pos)
+    rule = AblationRule.uniform("zero")
+    refs = masked.references(rule, task.clean, task.corrupted, valid)
+    zero_mlp = FixedMasks.ones(model)
+    for layer, b in enumerate(masked.bases):
+        for kind in b.mlp:
+            zero_mlp.blocks[f"{layer}_{kind}"] = torch.zeros(zero_mlp.blocks[f"{layer}_{kind}"].shape)
+    masked_out = masked.masked_final_logits(zero_mlp, rule, task.clean, task.answer_pos, refs)
+    assert not torch.allclose(masked_out, plain, atol=1e-3)
+    torch.testing.assert_close(masked.final_logits(task.clean, task.answer_pos), plain, rtol=0, atol=0)
+
+    def failing(value, hook):
+        raise RuntimeError("a hook failed")
+    with pytest.raises(RuntimeError, match="a hook failed"):
+        with masked._factored(zero_mlp, refs, masked.factored_kinds(rule)):
+            masked.final_logits(task.clean, task.answer_pos, [("blocks.0.hook_resid_pre", failing)])
+    torch.testing.assert_close(masked.final_logits(task.clean, task.answer_pos), plain, rtol=0, atol=0)
