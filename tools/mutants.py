@@ -81,6 +81,10 @@ MUTANTS = [  # (file, original text, mutated text, tests to run, what the mutant
  ('helpers/singular/masks.py', '                    ref = ref[where][:, None]', '                    ref = ref[:, :1]', 'tests/unit/test_masks.py', 'answer-position masks read the reference at position 0'),
  ('helpers/singular/masks.py', '        return value.index_put(where, value[where] + change[:, 0])', '        return value.index_put((where[0], torch.zeros_like(where[1])), value[where] + change[:, 0])', 'tests/unit/test_masks.py', 'answer-position change written at position 0'),
  ('helpers/singular/circuits.py', '        digest.update(block.cpu().numpy().tobytes())', '        pass', 'tests/unit/test_circuits.py', "kept evaluations keyed without the circuit's values"),
+ ('helpers/singular/masks.py', '                a = x @ P + c\n', '                a = x @ P\n', 'tests/unit/test_masks.py', 'factored MLP map without its bias'),
+ ('helpers/singular/masks.py', '                    del vars(module)["forward"]', '                    pass', 'tests/unit/test_masks.py', 'factored MLP maps left in the model after a masked run'),
+ ('helpers/singular/masks.py', 'if rule.positions[kind] == "all" and self._linear(layer, kind) is not None]', 'if self._linear(layer, kind) is not None]', 'tests/unit/test_masks.py', 'maps masked at the answer only factored at every position'),
+ ('helpers/singular/training.py', '        record["maps"] = maps', '        pass', 'tests/unit/test_masks.py', 'masks trained through hooks and factored maps share a cache key'),
 ]
 
 
