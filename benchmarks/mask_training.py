@@ -77,5 +77,6 @@ def main():
         step_s = timed(mask_step, args.repeats)
         print(f"mask training step, {maps:8s} MLP maps: {step_s:.3f} s   ratio {step_s / plain_s:.2f}")
 
+
 if __name__ == "__main__":
     main()
