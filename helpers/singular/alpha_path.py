@@ -1,0 +1,153 @@
+"""The α path: each heavier sparsity weight of an α sweep trained from the lighter one's masks, with fewer
+steps, instead of from scratch (docs/methods.md §1.3, "The α path").
+
+A candidate speed-up of notebook 02's α sweep, which trains one set of masks per α from the initial
+masks. It changes the algorithm, so the notebooks do not use it until ``benchmarks/alpha_path.py`` has
+shown its circuits within ``WARM_TOLERANCE`` of the fresh trainings on every task.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import asdict, replace
+
+import pandas as pd
+import torch
+
+from helpers.core.cache import cache_dir, load_verified, save_verified
+from helpers.singular.circuits import CircuitEvaluator, evaluate_circuit
+from helpers.singular.masks import AblationRule, DirectionMasks, FixedMasks, MaskedModel
+from helpers.singular.references import prepare
+from helpers.singular.tasks import Task
+from helpers.singular.training import TrainConfig, train_masks, training_key, training_step
+
+
+WARM_TOLERANCE = dict(kept_points=2.0, kl_absolute=0.02, kl_relative=0.15)
+"""Declared before the first comparison: a warm-started circuit matches the fresh training at the same α
+when its kept fraction is within ``kept_points`` percentage points of the fresh one's and its held-out KL
+within max(``kl_absolute``, ``kl_relative`` × the fresh KL)."""
+
+
+def continue_training(masked: MaskedModel, masks: DirectionMasks, task: Task, rule: AblationRule,
+                      config: TrainConfig, progress: bool = True) -> list[dict]:
+    """Train ``masks`` further from their present logits: ``config.steps`` steps of a new AdamW optimiser,
+    batches and hard-concrete noise seeded from ``config.seed``, the loop of ``train_masks``. From the
+    initial masks this is ``train_masks`` itself (tested). Returns the history rows."""
+    prepared = prepare(masked, task, rule)
+    masks.noise.manual_seed(config.seed)
+    masks.train()
+    optimiser = torch.optim.AdamW(masks.parameters(), lr=config.lr, weight_decay=0.0)
+    generator = torch.Generator().manual_seed(config.seed)
+    history = []
+    steps = range(config.steps)
+    if progress:
+        from tqdm.auto import tqdm
+
+        steps = tqdm(steps, desc=f"training masks from α's predecessor ({task.name})")
+    for step in steps:
+        index = torch.randperm(len(task), generator=generator)[: config.batch]
+        kl, total, loss = training_step(masked, masks, rule, task, prepared, index, optimiser, config)
+        if step % config.log_every == 0 or step == config.steps - 1:
+            kept = masks.n_kept()
+            history.append(dict(step=step, kl=kl.item(), mask_sum=total.item(), loss=loss.item(),
+                                kept_at_half=kept, kept_fraction_at_half=kept / masks.count()))
+    masks.eval()
+    return history
+
+
+def warm_key(start_key: str, model, task: Task, rule: AblationRule, config: TrainConfig, maps: str) -> str:
+    """Cache key of a training that starts from the masks saved under ``start_key``: that key and everything
+    ``training_key`` covers for this training's own configuration."""
+    own = training_key(model, task, rule, config, maps)
+    return hashlib.sha256(json.dumps(dict(start=start_key, warm=own)).encode()).hexdigest()[:16]
+
+
+def warm_masks(masked: MaskedModel, task: Task, rule: AblationRule, config: TrainConfig, start: DirectionMasks,
+               start_key: str, progress: bool = True, use_cache: bool = True):
+    """Masks trained with ``config`` from a copy of ``start`` (the masks saved under ``start_key``; ``start``
+    itself is left as it is). Saved, and loaded by a rerun, under ``warm_key``.
+    Returns (masks, history, key, seconds spent training: 0 when loaded)."""
+    model = masked.model
+    key = warm_key(start_key, model, task, rule, config, masked.maps)
+    path = cache_dir("masks") / f"{model.name}-{task.name}-warm-{key}.pt"
+    masks = DirectionMasks(model, init=config.init, parametrisation=config.parametrisation)
+    masks.load_state_dict(start.state_dict())
+    saved = load_verified(path, "trained masks") if use_cache else None
+    if saved is not None:
+        masks.load_state_dict(saved["state"])
+        return masks, pd.DataFrame(saved["history"]), key, 0.0
+    began = time.perf_counter()
+    history = continue_training(masked, masks, task, rule, config, progress=progress)
+    seconds = time.perf_counter() - began
+    save_verified({"state": masks.state_dict(), "history": history,
+                   "record": dict(start=start_key, task=task.name, rule=rule.record(), config=asdict(config),
+                                  maps=masked.maps, torch_threads=torch.get_num_threads())}, path)
+    return masks, pd.DataFrame(history), key, seconds
+
+
+def warm_alpha_path(masked: MaskedModel, train: Task, evaluator: CircuitEvaluator, rule: AblationRule,
+                    config: TrainConfig, alphas, warm_steps: int, control_seeds: int = 3, progress: bool = True,
+                    reuse_warm: bool = True):
+    """The α sweep of ``helpers.singular.training.alpha_sweep`` along a path: the lightest α trained fresh
+    (``config.steps`` steps, the same training as the sweep's), each heavier α for ``warm_steps`` steps from
+    the masks of the α before it. Each circuit is evaluated as the sweep evaluates it. The fresh training
+    loads when saved, as the sweep's does; ``reuse_warm=False`` trains the warm-started ones again even when
+    saved (to time them).
+    Returns (table sorted by α with ``start``, ``steps`` and training ``seconds`` columns, {α: masks})."""
+    if warm_steps < 1:
+        raise ValueError(f"warm_steps={warm_steps}: a warm-started training needs at least one step")
+    rows, trained = [], {}
+    previous, previous_key, previous_alpha = None, None, None
+    for alpha in sorted(float(a) for a in alphas):
+        if previous is None:
+            fresh = replace(config, alpha=alpha)
+            began = time.perf_counter()
+            masks, history = train_masks(masked, train, rule, fresh, progress=progress)
+            seconds = time.perf_counter() - began
+            key = training_key(masked.model, train, rule, fresh, masked.maps)
+            start, steps = "fresh", config.steps
+        else:
+            warm = replace(config, alpha=alpha, steps=warm_steps)
+            masks, history, key, seconds = warm_masks(masked, train, rule, warm, previous, previous_key,
+                                                      progress=progress, use_cache=reuse_warm)
+            start, steps = f"from α {previous_alpha:.3g}", warm_steps
+        trained[alpha] = masks
+        row = evaluate_circuit(evaluator, FixedMasks.binarised(masks), control_seeds)
+        rows.append(dict(alpha=alpha, start=start, steps=steps, seconds=seconds,
+                         train_kl=float(history["kl"].iloc[-1]), **row))
+        previous, previous_key, previous_alpha = masks, key, alpha
+    return pd.DataFrame(rows), trained
+
+
+def kept_overlap(a: FixedMasks, b: FixedMasks) -> float:
+    """|kept in both| / |kept in either| (Jaccard) of two binarised circuits over the same directions."""
+    both = sum(float((a.blocks[name] * b.blocks[name]).sum()) for name in a.blocks)
+    either = sum(float(((a.blocks[name] + b.blocks[name]) > 0).sum()) for name in a.blocks)
+    return both / either if either else 1.0
+
+
+def within_tolerance(fresh: dict, warm: dict, tolerance: dict = WARM_TOLERANCE) -> bool:
+    """Whether a warm-started circuit (a row of ``warm_alpha_path``) matches the fresh one at its α."""
+    kept_gap = 100 * abs(warm["kept_fraction"] - fresh["kept_fraction"])
+    kl_allowed = max(tolerance["kl_absolute"], tolerance["kl_relative"] * fresh["kl"])
+    return kept_gap <= tolerance["kept_points"] and abs(warm["kl"] - fresh["kl"]) <= kl_allowed
+
+
+def path_comparison(fresh: pd.DataFrame, fresh_masks: dict, warm: pd.DataFrame, warm_masks_by_alpha: dict,
+                    tolerance: dict = WARM_TOLERANCE) -> pd.DataFrame:
+    """One row per α: the fresh and the warm-started circuit side by side (kept %, held-out KL, random
+    control's KL), the overlap of their kept sets, and whether the warm one is within ``tolerance``."""
+    if len(fresh) != len(warm):
+        raise ValueError(f"{len(fresh)} fresh and {len(warm)} warm-started circuits: compare the same sweep")
+    rows = []
+    for f, w in zip(fresh.sort_values("alpha").to_dict("records"), warm.sort_values("alpha").to_dict("records")):
+        if f["alpha"] != w["alpha"]:
+            raise ValueError(f"the two tables differ in α ({f['alpha']} vs {w['alpha']}): compare the same sweep")
+        overlap = kept_overlap(FixedMasks.binarised(fresh_masks[f["alpha"]]),
+                               FixedMasks.binarised(warm_masks_by_alpha[w["alpha"]]))
+        rows.append(dict(alpha=f["alpha"], start=w.get("start", "fresh"), steps=w.get("steps"),
+                         kept_percent_fresh=100 * f["kept_fraction"], kept_percent_warm=100 * w["kept_fraction"],
+                         kl_fresh=f["kl"], kl_warm=w["kl"], random_kl_fresh=f["random_kl"],
+                         random_kl_warm=w["random_kl"], overlap=overlap, within=within_tolerance(f, w, tolerance)))
+    return pd.DataFrame(rows)
