@@ -28,8 +28,8 @@ from helpers.singular.masks import MaskedModel
 from helpers.singular.training import MaskingRun, alpha_sweep, masking_prompts
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "02_masking.ipynb"
-SHOWN = ["alpha", "start", "steps", "kept_percent_fresh", "kept_percent_warm", "kl_fresh", "kl_warm",
-         "random_kl_warm", "overlap", "within"]
+SHOWN = ["alpha", "start", "steps", "kept_percent_fresh", "kept_percent", "kl_fresh", "kl", "random_kl", "overlap",
+         "within"]
 
 
 def sparsest(table: pd.DataFrame, kl: float) -> str:
