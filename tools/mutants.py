@@ -85,12 +85,13 @@ MUTANTS = [  # (file, original text, mutated text, tests to run, what the mutant
  ('helpers/singular/masks.py', '                    del vars(module)["forward"]', '                    pass', 'tests/unit/test_masks.py', 'factored MLP maps left in the model after a masked run'),
  ('helpers/singular/masks.py', 'if rule.positions[kind] == "all" and self._linear(layer, kind) is not None]', 'if self._linear(layer, kind) is not None]', 'tests/unit/test_masks.py', 'maps masked at the answer only factored at every position'),
  ('helpers/singular/training.py', '        record["maps"] = maps', '        pass', 'tests/unit/test_masks.py', 'masks trained through hooks and factored maps share a cache key'),
- ("helpers/singular/alpha_path.py", "    masks.load_state_dict(start.state_dict())\n    saved", "    saved", "tests/unit/test_alpha_path.py", "warm training starts from the initial masks, not the lighter α's"),
- ("helpers/singular/alpha_path.py", "dict(start=start_key, warm=own)", "dict(warm=own)", "tests/unit/test_alpha_path.py", "warm cache key without the masks it started from"),
- ("helpers/singular/alpha_path.py", "        previous, previous_key, previous_alpha = masks, key, alpha", "        previous, previous_key, previous_alpha = (previous or masks), (previous_key or key), (previous_alpha or alpha)", "tests/unit/test_alpha_path.py", "every α warm-started from the lightest, not the one before"),
+ ("helpers/singular/alpha_path.py", "    masks.load_state_dict(start.state_dict())\n    began", "    began", "tests/unit/test_alpha_path.py", "warm training starts from the initial masks, not the lighter α's"),
+ ("helpers/singular/alpha_path.py", "dict(start=logits, warm=own)", "dict(warm=own)", "tests/unit/test_alpha_path.py", "warm cache key without the masks it started from"),
+ ("helpers/singular/alpha_path.py", "        previous, previous_alpha = masks, alpha", "        previous, previous_alpha = (previous or masks), (previous_alpha or alpha)", "tests/unit/test_alpha_path.py", "every α warm-started from the lightest, not the one before"),
  ("helpers/singular/alpha_path.py", "    kl_allowed = max(tolerance[\"kl_absolute\"], tolerance[\"kl_relative\"] * fresh[\"kl\"])", "    kl_allowed = tolerance[\"kl_relative\"] * fresh[\"kl\"]", "tests/unit/test_alpha_path.py", "KL tolerance without its absolute floor"),
  ("helpers/singular/alpha_path.py", "    kept_gap = 100 * abs(", "    kept_gap = abs(", "tests/unit/test_alpha_path.py", "kept gap as a fraction against a tolerance in points"),
- ("helpers/singular/alpha_path.py", "    masks = DirectionMasks(model, init=config.init, parametrisation=config.parametrisation)\n    masks.load_state_dict(start.state_dict())", "    masks = start", "tests/unit/test_alpha_path.py", "warm training trains the lighter α's masks in place"),
+ ("helpers/singular/alpha_path.py", "    masks.load_state_dict(start.state_dict())\n    began", "    masks = start\n    began", "tests/unit/test_alpha_path.py", "warm training trains the lighter α's masks in place"),
+ ("helpers/singular/alpha_path.py", "    if start.parametrisation != config.parametrisation:", "    if False:", "tests/unit/test_alpha_path.py", "warm start from masks of another parametrisation accepted"),
 ]
 
 

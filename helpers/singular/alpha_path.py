@@ -18,7 +18,7 @@ import pandas as pd
 import torch
 
 from helpers.core.cache import cache_dir, load_verified, save_verified
-from helpers.singular.circuits import CircuitEvaluator, evaluate_circuit
+from helpers.singular.circuits import CircuitEvaluator, content_key, evaluate_circuit
 from helpers.singular.masks import AblationRule, DirectionMasks, FixedMasks, MaskedModel
 from helpers.singular.references import prepare
 from helpers.singular.tasks import Task
@@ -58,34 +58,37 @@ def continue_training(masked: MaskedModel, masks: DirectionMasks, task: Task, ru
     return history
 
 
-def warm_key(start_key: str, model, task: Task, rule: AblationRule, config: TrainConfig, maps: str) -> str:
-    """Cache key of a training that starts from the masks saved under ``start_key``: that key and everything
+def warm_key(start: DirectionMasks, model, task: Task, rule: AblationRule, config: TrainConfig, maps: str) -> str:
+    """Cache key of a training that starts from ``start``: the digest of its logits and everything
     ``training_key`` covers for this training's own configuration."""
     own = training_key(model, task, rule, config, maps)
-    return hashlib.sha256(json.dumps(dict(start=start_key, warm=own)).encode()).hexdigest()[:16]
+    logits = content_key(FixedMasks({name: p.detach() for name, p in start.logits.items()}))
+    return hashlib.sha256(json.dumps(dict(start=logits, warm=own)).encode()).hexdigest()[:16]
 
 
 def warm_masks(masked: MaskedModel, task: Task, rule: AblationRule, config: TrainConfig, start: DirectionMasks,
-               start_key: str, progress: bool = True, use_cache: bool = True):
-    """Masks trained with ``config`` from a copy of ``start`` (the masks saved under ``start_key``; ``start``
-    itself is left as it is). Saved, and loaded by a rerun, under ``warm_key``.
-    Returns (masks, history, key, seconds spent training: 0 when loaded)."""
+               progress: bool = True, use_cache: bool = True):
+    """Masks trained with ``config`` from a copy of ``start`` (``start`` itself is left as it is). Saved, and
+    loaded by a rerun, under ``warm_key``. Returns (masks, history, seconds spent training: 0 when loaded)."""
+    if start.parametrisation != config.parametrisation:
+        raise ValueError(f"start masks are {start.parametrisation!r}, the training is {config.parametrisation!r}: "
+                         f"a warm start needs masks of the training's own parametrisation")
     model = masked.model
-    key = warm_key(start_key, model, task, rule, config, masked.maps)
+    key = warm_key(start, model, task, rule, config, masked.maps)
     path = cache_dir("masks") / f"{model.name}-{task.name}-warm-{key}.pt"
     masks = DirectionMasks(model, init=config.init, parametrisation=config.parametrisation)
-    masks.load_state_dict(start.state_dict())
     saved = load_verified(path, "trained masks") if use_cache else None
     if saved is not None:
         masks.load_state_dict(saved["state"])
-        return masks, pd.DataFrame(saved["history"]), key, 0.0
+        return masks, pd.DataFrame(saved["history"]), 0.0
+    masks.load_state_dict(start.state_dict())
     began = time.perf_counter()
     history = continue_training(masked, masks, task, rule, config, progress=progress)
     seconds = time.perf_counter() - began
     save_verified({"state": masks.state_dict(), "history": history,
-                   "record": dict(start=start_key, task=task.name, rule=rule.record(), config=asdict(config),
+                   "record": dict(model=model.record(), task=task.name, rule=rule.record(), config=asdict(config),
                                   maps=masked.maps, torch_threads=torch.get_num_threads())}, path)
-    return masks, pd.DataFrame(history), key, seconds
+    return masks, pd.DataFrame(history), seconds
 
 
 def warm_alpha_path(masked: MaskedModel, train: Task, evaluator: CircuitEvaluator, rule: AblationRule,
@@ -100,25 +103,24 @@ def warm_alpha_path(masked: MaskedModel, train: Task, evaluator: CircuitEvaluato
     if warm_steps < 1:
         raise ValueError(f"warm_steps={warm_steps}: a warm-started training needs at least one step")
     rows, trained = [], {}
-    previous, previous_key, previous_alpha = None, None, None
+    previous, previous_alpha = None, None
     for alpha in sorted(float(a) for a in alphas):
         if previous is None:
             fresh = replace(config, alpha=alpha)
             began = time.perf_counter()
             masks, history = train_masks(masked, train, rule, fresh, progress=progress)
             seconds = time.perf_counter() - began
-            key = training_key(masked.model, train, rule, fresh, masked.maps)
             start, steps = "fresh", config.steps
         else:
             warm = replace(config, alpha=alpha, steps=warm_steps)
-            masks, history, key, seconds = warm_masks(masked, train, rule, warm, previous, previous_key,
-                                                      progress=progress, use_cache=reuse_warm)
+            masks, history, seconds = warm_masks(masked, train, rule, warm, previous, progress=progress,
+                                                 use_cache=reuse_warm)
             start, steps = f"from α {previous_alpha:.3g}", warm_steps
         trained[alpha] = masks
         row = evaluate_circuit(evaluator, FixedMasks.binarised(masks), control_seeds)
         rows.append(dict(alpha=alpha, start=start, steps=steps, seconds=seconds,
                          train_kl=float(history["kl"].iloc[-1]), **row))
-        previous, previous_key, previous_alpha = masks, key, alpha
+        previous, previous_alpha = masks, alpha
     return pd.DataFrame(rows), trained
 
 

@@ -1,4 +1,6 @@
 """The α path (helpers.singular.alpha_path): warm-started trainings against fresh ones, on tiny models."""
+from dataclasses import replace
+
 import pandas as pd
 import pytest
 import torch
@@ -8,7 +10,7 @@ from helpers.singular.alpha_path import (continue_training, kept_overlap, path_c
 from helpers.singular.circuits import CircuitEvaluator
 from helpers.singular.masks import AblationRule, DirectionMasks, FixedMasks, MaskedModel
 from helpers.singular.tasks import make_task
-from helpers.singular.training import TrainConfig, train_masks, training_key
+from helpers.singular.training import TrainConfig, train_masks
 from tests.conftest import cached_model
 
 CONFIG = TrainConfig(steps=4, batch=4, lr=2.0, log_every=1, parametrisation="hard_concrete")  # large steps: masks move
@@ -43,10 +45,10 @@ def test_a_warm_training_starts_from_the_given_masks_and_leaves_them_as_they_wer
     model, masked, train, _, rule = setup()
     start, _ = train_masks(masked, train, rule, CONFIG, progress=False)
     before = {name: p.detach().clone() for name, p in start.logits.items()}
-    still, _, _, _ = warm_masks(masked, train, rule, TrainConfig(steps=2, batch=4, lr=0.0, parametrisation="hard_concrete"),
-                                start, "start", progress=False)
+    frozen = replace(CONFIG, steps=2, lr=0.0)
+    still, _, _ = warm_masks(masked, train, rule, frozen, start, progress=False)
     assert_same_logits(still, start)  # lr 0: nothing moves, so the result is the start itself, not the initial masks
-    moved, _, _, _ = warm_masks(masked, train, rule, CONFIG, start, "start", progress=False)
+    moved, _, _ = warm_masks(masked, train, rule, CONFIG, start, progress=False)
     assert any(not torch.equal(moved.logits[n], before[n]) for n in before)
     for name, value in before.items():
         assert torch.equal(start.logits[name], value), f"{name}: the start masks were trained in place"
@@ -58,19 +60,30 @@ def test_a_warm_training_is_saved_under_a_key_of_its_start_and_loaded_by_a_rerun
     monkeypatch.setenv("SVDIRS_CACHE", str(tmp_path))
     model, masked, train, _, rule = setup()
     start, _ = train_masks(masked, train, rule, CONFIG, progress=False)
-    first, history, key, seconds = warm_masks(masked, train, rule, CONFIG, start, "a", progress=False)
+    other_start, _ = train_masks(masked, train, rule, replace(CONFIG, seed=1), progress=False)
+    first, history, seconds = warm_masks(masked, train, rule, CONFIG, start, progress=False)
     assert seconds > 0 and len(list((tmp_path / "masks").glob("*-warm-*.pt"))) == 1
 
     def refuse(*args, **kwargs):
         raise AssertionError("trained again although saved")
 
     monkeypatch.setattr(alpha_path, "continue_training", refuse)
-    again, history_again, key_again, seconds_again = warm_masks(masked, train, rule, CONFIG, start, "a", progress=False)
-    assert key_again == key and seconds_again == 0.0 and history_again.equals(history)
+    again, history_again, seconds_again = warm_masks(masked, train, rule, CONFIG, start, progress=False)
+    assert seconds_again == 0.0 and history_again.equals(history)
     assert_same_logits(again, first)
     with pytest.raises(AssertionError, match="trained again"):  # another start, another training
-        warm_masks(masked, train, rule, CONFIG, start, "b", progress=False)
-    assert masked.maps == "factored" and alpha_path.warm_key("a", model, train, rule, CONFIG, "hooks") != key  # maps in the key
+        warm_masks(masked, train, rule, CONFIG, other_start, progress=False)
+    key = alpha_path.warm_key(start, model, train, rule, CONFIG, masked.maps)
+    assert masked.maps == "factored"
+    assert alpha_path.warm_key(start, model, train, rule, CONFIG, "hooks") != key  # the maps are in the key
+
+
+def test_a_warm_start_of_another_parametrisation_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv("SVDIRS_CACHE", str(tmp_path))
+    model, masked, train, _, rule = setup()
+    sigmoid = DirectionMasks(model, parametrisation="sigmoid")
+    with pytest.raises(ValueError, match="'sigmoid', the training is 'hard_concrete'"):
+        warm_masks(masked, train, rule, CONFIG, sigmoid, progress=False)
 
 
 def test_the_path_trains_the_lightest_alpha_fresh_and_each_heavier_one_from_the_one_before(tmp_path, monkeypatch):
@@ -82,16 +95,13 @@ def test_the_path_trains_the_lightest_alpha_fresh_and_each_heavier_one_from_the_
     assert table["alpha"].tolist() == [1e-4, 0.05, 0.5]
     assert table["start"].tolist() == ["fresh", "from α 0.0001", "from α 0.05"]
     assert table["steps"].tolist() == [CONFIG.steps, 2, 2]
-    fresh, _ = train_masks(masked, train, rule, TrainConfig(**{**CONFIG.__dict__, "alpha": 1e-4}), progress=False,
-                           use_cache=False)
+    fresh, _ = train_masks(masked, train, rule, replace(CONFIG, alpha=1e-4), progress=False, use_cache=False)
     assert_same_logits(trained[1e-4], fresh)
-    from dataclasses import replace
-    first_key = training_key(model, train, rule, replace(CONFIG, alpha=1e-4), masked.maps)
-    second, _, second_key, _ = warm_masks(masked, train, rule, replace(CONFIG, alpha=0.05, steps=2), fresh, first_key,
-                                          progress=False)
+    second, _, _ = warm_masks(masked, train, rule, replace(CONFIG, alpha=0.05, steps=2), fresh, progress=False,
+                              use_cache=False)
     assert_same_logits(trained[0.05], second)
-    third, _, _, _ = warm_masks(masked, train, rule, replace(CONFIG, alpha=0.5, steps=2), second, second_key,
-                                progress=False)
+    third, _, _ = warm_masks(masked, train, rule, replace(CONFIG, alpha=0.5, steps=2), second, progress=False,
+                             use_cache=False)
     assert_same_logits(trained[0.5], third)
     for _, row in table.iterrows():
         circuit = FixedMasks.binarised(trained[row["alpha"]])
