@@ -92,6 +92,11 @@ MUTANTS = [  # (file, original text, mutated text, tests to run, what the mutant
  ("helpers/singular/alpha_path.py", "    kept_gap = 100 * abs(", "    kept_gap = abs(", "tests/unit/test_alpha_path.py", "kept gap as a fraction against a tolerance in points"),
  ("helpers/singular/alpha_path.py", "    masks.load_state_dict(start.state_dict())\n    began", "    masks = start\n    began", "tests/unit/test_alpha_path.py", "warm training trains the lighter α's masks in place"),
  ("helpers/singular/alpha_path.py", "    if start.parametrisation != config.parametrisation:", "    if False:", "tests/unit/test_alpha_path.py", "warm start from masks of another parametrisation accepted"),
+ ("helpers/tiled/statistics.py", "    good = (info == 0) & (diagonal.min(-1).values > CHOLESKY_PIVOT_RATIO * diagonal.max(-1).values)", "    good = info == 0", "tests/unit/test_statistics.py", "ill-conditioned coverage systems kept on Cholesky"),
+ ("helpers/tiled/statistics.py", 'c[~good] = torch.linalg.lstsq(G[~good], b[~good][..., None], driver="gelsd").solution[..., 0]', "c[~good] = torch.cholesky_solve(b[~good][..., None], L[~good])[..., 0]", "tests/unit/test_statistics.py", "coverage systems Cholesky rejects solved by Cholesky anyway"),
+ ("helpers/tiled/steer.py", "    bits = (values + 0.0).contiguous()", "    bits = values.contiguous()", "tests/unit/test_checks.py", "rank order puts -0.0 below +0.0"),
+ ("helpers/tiled/steer.py", "    key = bits ^ ((bits >> 31) | -2 ** 31)", "    key = bits ^ -2 ** 31", "tests/unit/test_checks.py", "rank order keeps negatives' bit order (larger magnitude ranked higher)"),
+ ("helpers/tiled/steer.py", 'order[row] = by_low[np.argsort(high[row][by_low], kind="stable")]', 'order[row] = by_low[np.argsort(high[row][by_low], kind="quicksort")]', "tests/unit/test_checks.py", "rank order's second radix pass not stable"),
 ]
 
 

@@ -10,7 +10,7 @@ half first, then the score half; each sequence is run once.
 - **score half**: for every direction set of every stream, f(u) = mean_t (ΔH_t·u)² / (‖ΔH_t‖² + 1e-12) for
   each direction, the span energy mean_t ‖Q_Sᵀ ΔH_t‖²/‖ΔH_t‖², and coverage (B): per token, the least-squares
   fit of ΔH_t on its 8 best-aligned directions, Σ‖residual‖² against Σ‖ΔH_t‖² (solved through the
-  normal equations of the 8, in float64).
+  normal equations of the 8, in float64: by Cholesky, or by an SVD where the 8 are nearly dependent).
 
 A stream is a site's output (ΔH) or an effective path's: ``mlp.up~eff`` reads act(gate) ⊙ up (the input of
 ``mlp.down``), ``attn.v~eff`` the o_proj input averaged over the query heads of each KV head. Per-token data
@@ -30,6 +30,7 @@ from helpers.tiled.tiling import Mounts, TileSpec, gated_up_matrix, ridge_map, w
 
 EPS = 1e-12
 COVERAGE_BEST = 8
+CHOLESKY_PIVOT_RATIO = 1e-4  # normal_solve: Cholesky factors less balanced than this go to gelsd
 EFFECTIVE = {"mlp.up": "mlp.up~eff", "attn.v": "attn.v~eff"}
 
 
@@ -127,8 +128,7 @@ def best_direction_residuals(h: torch.Tensor, U: torch.Tensor, best: int = COVER
     [d, n] with the largest |cos| to it (all of them when n ≤ best). Solved in the picked directions'
     coordinates: with p_t = Uᵀh_t and G = UᵀU (``gram``, computed when not given), the fit's normal
     equations are G_PP c = p_P and its residual is ‖h_t‖² − p_Pᵀ c, so no [m, d, best] system is formed.
-    The SVD-based solver (gelsd) keeps repeated or nearly parallel directions exact; QR with pivoting
-    (gelsy, the default) misjudges the rank of such a G."""
+    Each token's system is solved by ``normal_solve``."""
     h, U = h.double(), U.double()
     gram = U.T @ U if gram is None else gram
     p = h @ U  # [m, n]; U's columns are unit, so |p| ranks them by |cos|
@@ -138,8 +138,27 @@ def best_direction_residuals(h: torch.Tensor, U: torch.Tensor, best: int = COVER
         return sq - (p * c.T).sum(-1)
     picked = p.abs().topk(best, dim=-1).indices  # [m, best]
     b = torch.gather(p, 1, picked)
-    c = torch.linalg.lstsq(gram[picked[:, :, None], picked[:, None, :]], b[..., None], driver="gelsd").solution[..., 0]
-    return sq - (b * c).sum(-1)
+    return sq - (b * normal_solve(gram[picked[:, :, None], picked[:, None, :]], b)).sum(-1)
+
+
+def normal_solve(G: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """[m, k] a least-squares solution c of G_t c = b_t for each Gram matrix G_t [m, k, k] (symmetric,
+    positive semi-definite) and right-hand side b_t [m, k], float64.
+
+    By Cholesky where the factor is well conditioned: its smallest diagonal entry at least
+    ``CHOLESKY_PIVOT_RATIO`` times its largest, so that cond(G) is below about 1e8 and bᵀc, which is all the
+    coverage residual reads, loses at most k·cond·eps ≈ 1e-7 of itself. Elsewhere (repeated or nearly
+    parallel directions, where G is singular or close to it) by the SVD-based solver gelsd, which keeps such
+    systems exact; QR with pivoting (gelsy, the default) misjudges the rank of such a G."""
+    L, info = torch.linalg.cholesky_ex(G)
+    diagonal = torch.diagonal(L, dim1=-2, dim2=-1)
+    good = (info == 0) & (diagonal.min(-1).values > CHOLESKY_PIVOT_RATIO * diagonal.max(-1).values)
+    if good.all():
+        return torch.cholesky_solve(b[..., None], L)[..., 0]
+    c = torch.empty_like(b)
+    c[good] = torch.cholesky_solve(b[good][..., None], L[good])[..., 0]
+    c[~good] = torch.linalg.lstsq(G[~good], b[~good][..., None], driver="gelsd").solution[..., 0]
+    return c
 
 
 class SiteStatistics:

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from helpers.core.logits import lens
-from helpers.tiled.steer import (Steering, bootstrap_rho, centred_ranks, check_c, last_token_logits, spearman,
+from helpers.tiled.steer import (Steering, bootstrap_rho, centred_ranks, check_c, last_token_logits, rank_order, spearman,
                                  spearman_rows, steer_texts, steered_change, top_jaccard)
 from helpers.tiled.judges import PAPER_JUDGE
 from helpers.tiled.plans import build_plans
@@ -190,6 +190,24 @@ def test_bootstrap_interval_equals_the_resample_by_resample_percentiles():
     expected = np.percentile(values, 2.5), np.percentile(values, 97.5)
     assert bootstrap_rho(change, prediction, 40, seed=11) == pytest.approx(expected, abs=1e-12)
     assert expected[0] < expected[1]
+
+
+def test_rank_order_is_the_stable_comparison_sort_of_the_float32_values():
+    """Oracle: torch's stable sort of the float32 values, on rows with both signs, ±0 (equal), ±inf,
+    subnormals, repeated values, and float64 values that are only equal once rounded to float32."""
+    generator = torch.Generator().manual_seed(4)
+    x = torch.randn(5, 3, 4000, dtype=torch.float64, generator=generator) * torch.logspace(-40, 30, 4000, dtype=torch.float64)
+    x[..., 0:400:2], x[..., 1:400:2] = 0.0, -0.0
+    x[..., 400:410], x[..., 410:420] = float("inf"), -float("inf")
+    x[..., 420:430] = 1e-42  # subnormal in float32
+    x[..., 500:900] = x[..., 1000:1400]
+    x[..., 2000:2010] = 1.0 + torch.arange(10, dtype=torch.float64) * 1e-12  # distinct, equal in float32
+    x[..., 2010:2020] = -(1.0 + torch.arange(10, dtype=torch.float64) * 1e-12)
+    want = torch.sort(x.float(), dim=-1, stable=True).indices
+    assert torch.equal(rank_order(x), want)
+    assert torch.equal(rank_order(x[0, 0]), want[0, 0])
+    with pytest.raises(ValueError, match="NaN"):
+        rank_order(torch.tensor([1.0, float("nan")]))
 
 
 def test_rank_statistics():

@@ -8,7 +8,7 @@ from helpers.tiled.thresholds import load_thresholds
 from helpers.tiled.corpus import sample_tokens
 from helpers.core.models import gpt2_tokenizer
 from helpers.tiled.statistics import (SiteStatistics, StreamPlan, _Stream, activation, best_direction_residuals,
-                                     effective_matrix, gqa_average, orthonormal_basis)
+                                     effective_matrix, gqa_average, normal_solve, orthonormal_basis)
 from helpers.tiled.sites import Site, all_sites
 from helpers.tiled.tiling import Mounts, random_directions, ridge_map, top_eigenvectors
 from tests.conftest import cached_model
@@ -148,3 +148,48 @@ def test_best_direction_residuals_equal_a_dense_least_squares_fit_per_token(n):
         want = float(((row - D @ (torch.linalg.pinv(D) @ row)) ** 2).sum())
         assert float(residual) == pytest.approx(want, rel=1e-9, abs=1e-9 * float(row @ row))
     torch.testing.assert_close(best_direction_residuals(h, U, gram=U.T @ U), got, rtol=1e-12, atol=1e-12)
+
+
+def _systems(cos: float, m: int = 20, k: int = 8, seed: int = 5):
+    """m Gram systems DᵀD of k unit directions in 64 dimensions, the last two at cosine ``cos`` (1: the
+    last repeats the one before, bit for bit), with right-hand sides Dᵀh of random h."""
+    generator = torch.Generator().manual_seed(seed)
+    D = torch.randn(m, 64, k, generator=generator, dtype=torch.float64)
+    D = D / D.norm(dim=1, keepdim=True)
+    u, w = D[..., -2], D[..., -1]
+    w = w - (w * u).sum(-1, keepdim=True) * u  # orthogonal to u, then unit
+    D[..., -1] = u if cos == 1 else cos * u + (1 - cos ** 2) ** 0.5 * w / w.norm(dim=-1, keepdim=True)
+    h = torch.randn(m, 64, generator=generator, dtype=torch.float64)
+    return D.transpose(-1, -2) @ D, (D.transpose(-1, -2) @ h[..., None])[..., 0], D, h
+
+
+@pytest.mark.parametrize("cos,rel", [(0.9, 1e-10), (1 - 1e-7, 1e-6), (1 - 1e-10, 1e-4), (1.0, 1e-9)])
+def test_normal_solve_fits_as_a_dense_pseudo_inverse_does(cos, rel):
+    """bᵀc (what the coverage residual reads) against hᵀ D D⁺ h, the pseudo-inverse fit of h on D, from
+    well-conditioned systems (Cholesky) through nearly parallel directions (the SVD fallback, as precise
+    as a normal-equation solve at that conditioning can be) to an exactly repeated one."""
+    G, b, D, h = _systems(cos)
+    c = normal_solve(G, b)
+    for t in range(len(G)):
+        fitted = D[t] @ (torch.linalg.pinv(D[t]) @ h[t])
+        assert float(b[t] @ c[t]) == pytest.approx(float(fitted @ fitted), rel=rel)
+
+
+def test_normal_solve_takes_cholesky_only_where_it_is_well_conditioned(monkeypatch):
+    """Well-conditioned systems are solved by Cholesky alone (gelsd is never called); a batch with
+    nearly dependent directions sends exactly those systems to gelsd."""
+    calls = []
+    original = torch.linalg.lstsq
+
+    def counting(A, B, *args, **kwargs):
+        calls.append(len(A))
+        return original(A, B, *args, **kwargs)
+    monkeypatch.setattr(torch.linalg, "lstsq", counting)
+    G, b, _, _ = _systems(0.9)
+    normal_solve(G, b)
+    assert calls == []
+    for cos in (1 - 1e-10, 1.0):
+        calls.clear()
+        G2, b2, _, _ = _systems(cos, m=3, seed=6)
+        normal_solve(torch.cat([G, G2]), torch.cat([b, b2]))
+        assert calls == [3]
