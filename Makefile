@@ -6,6 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 FAST   ?=
+PROFILE ?=
 
 .PHONY: env figures evaluations test test-fast benchmark clean-figures
 
@@ -20,10 +21,11 @@ $(STAMP): requirements.txt requirements.lock pyproject.toml
 	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
-# Regenerate every figure on the embedded default models (FAST=1 for the short CI sequence).
+# Regenerate every figure on the embedded default models (FAST=1 for the short CI sequence;
+# PROFILE=workshop for the workshop sizes, into figures-workshop/).
 figures: $(STAMP)
-	$(BIN)/python -m helpers.pipeline $(if $(FAST),--fast)
-	$(if $(FAST),,$(BIN)/python -m helpers.reproduction)  # the README's "Does it reproduce?" table
+	$(BIN)/python -m helpers.pipeline $(if $(FAST),--fast) $(if $(PROFILE),--profile $(PROFILE))
+	$(if $(FAST)$(PROFILE),,$(BIN)/python -m helpers.reproduction)  # the README's "Does it reproduce?" table
 
 # Score every committed circuit file with the pinned evaluator (reports in figures/evaluations/).
 evaluations: $(STAMP)

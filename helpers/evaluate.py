@@ -20,7 +20,7 @@ import pandas as pd
 
 from helpers.core.cache import atomic_write_json
 from helpers.core.models import ModelUnavailableError, load_model
-from helpers.pipeline import summary_value
+from helpers.summaries import summary_value
 from helpers.singular.circuit_files import check_model, circuit_prompts, load_circuit
 from helpers.singular.circuits import CircuitEvaluator
 from helpers.singular.masks import MaskedModel

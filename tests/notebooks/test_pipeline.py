@@ -85,7 +85,7 @@ def tiny_notebook(folder: Path, body: str = "") -> Path:
     params.metadata["tags"] = ["parameters"]
     nb.cells = [nbformat.v4.new_markdown_cell("# tiny"), params,
                 nbformat.v4.new_code_cell("import matplotlib.pyplot as plt\nfrom helpers.figures.style import save_figure\n"
-                                          "from helpers.pipeline import write_summary" + body),
+                                          "from helpers.summaries import write_summary" + body),
                 nbformat.v4.new_markdown_cell("a note"),
                 nbformat.v4.new_code_cell("if fail:\n    raise ValueError('asked to fail')\n"
                                           "import time; time.sleep(wait)"),
@@ -186,6 +186,8 @@ def test_declared_parameters_of_every_notebook_accept_their_runs():
     for run in load_runs(NOTEBOOKS / "runs.toml"):
         for fast in (False, True):
             check_parameters(NOTEBOOKS / run.notebook, run.effective_parameters(fast, Path("out")), run.name)
+        if run.workshop is not None:
+            check_parameters(NOTEBOOKS / run.notebook, run.effective_parameters(False, Path("out"), "workshop"), run.name)
     with pytest.raises(PipelineError, match="no parameter 'procesing'; did you mean 'processing'"):
         check_parameters(NOTEBOOKS / "01_augmented_matrices.ipynb", {"procesing": "raw"})
     with pytest.raises(PipelineError, match="seed='0' is a str.*expects a int"):
@@ -281,12 +283,53 @@ def test_the_executed_notebook_beside_the_figures_is_readable_and_the_same_on_a_
     assert untimed(path.read_text()) == untimed(text)
 
 
+WORKSHOP_RUNS = (ONE_RUN.format('x = 2.0') + '[runs.workshop]\nx = 3.0\n'
+                 + '[[runs]]\nname = "not-in-it"\nnotebook = "tiny.ipynb"\n')
+
+
+def test_the_workshop_profile_runs_its_runs_at_their_sizes_into_its_own_folder_and_says_so(tmp_path):
+    runs, _ = tiny_runs(tmp_path, WORKSHOP_RUNS)
+    folders = dict(figures_dir=tmp_path / "figures-workshop", build_dir=tmp_path / "build" / "workshop")
+    manifest = run_pipeline(runs, log=print, profile="workshop", **folders)
+    assert [r["name"] for r in manifest["runs"]] == ["t"]  # only the runs with a [runs.workshop] table
+    record = manifest["runs"][0]
+    assert record["profile"] == "workshop" and record["parameters"]["x"] == 3.0
+    summary = json.loads((tmp_path / "figures-workshop" / "t" / "summary.json").read_text())
+    assert summary["profile"] == "workshop" and "not the reference results" in summary["profile_note"]
+    assert summary["x"] == 3.0
+    executed = json.loads((tmp_path / "figures-workshop" / "t" / "notebook.ipynb").read_text())
+    assert "Workshop run" in "".join(executed["cells"][0]["source"])
+    assert not (tmp_path / "figures").exists()  # the reference figures are not touched
+    full = run_pipeline(runs, log=print, figures_dir=tmp_path / "figures", build_dir=tmp_path / "build")
+    assert [r["name"] for r in full["runs"]] == ["t", "not-in-it"] and full["runs"][0]["parameters"]["x"] == 2.0
+    assert "profile" not in json.loads((tmp_path / "figures" / "t" / "summary.json").read_text())
+
+
+def test_a_workshop_profile_that_cannot_run_is_refused_before_anything_runs(tmp_path):
+    runs, kwargs = tiny_runs(tmp_path, WORKSHOP_RUNS)
+    with pytest.raises(PipelineError, match="choose one"):
+        run_pipeline(runs, log=print, fast=True, profile="workshop", **kwargs)
+    with pytest.raises(PipelineError, match="not one of"):
+        run_pipeline(runs, log=print, profile="workshops", **kwargs)
+    runs.write_text(ONE_RUN.format('x = 2.0') + '[runs.workshop]\nx = "3"\n')
+    with pytest.raises(PipelineError, match="x='3' is a str"):
+        run_pipeline(runs, log=print, profile="workshop", **kwargs)
+    runs.write_text(ONE_RUN.format('') + '[[runs]]\nname = "reader"\nnotebook = "tiny.ipynb"\nafter = ["t"]\n'
+                    '[runs.workshop]\n')
+    with pytest.raises(PipelineError, match="reads the results of \\['t'\\], which are not"):
+        run_pipeline(runs, log=print, profile="workshop", **kwargs)
+    runs.write_text(ONE_RUN.format(''))
+    with pytest.raises(PipelineError, match="no run declares"):
+        run_pipeline(runs, log=print, profile="workshop", **kwargs)
+    assert not (tmp_path / "build" / "notebooks").exists()
+
+
 def test_summary_values_are_rounded_once_for_every_notebook():
     import numpy as np
     import pandas as pd
     import torch
 
-    from helpers.pipeline import summary_value
+    from helpers.summaries import summary_value
 
     table = pd.DataFrame({"kl": [0.123456789, float("nan")], "n": [1, 2]})
     out = summary_value({"alpha": 1.95e-4, "tiny": 0.000123456, "kl": 0.2123456, "big": 12345.678912,
