@@ -12,50 +12,21 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from dataclasses import asdict, replace
+from dataclasses import replace
 
 import pandas as pd
-import torch
 
 from helpers.core.cache import cache_dir, load_verified, save_verified
 from helpers.singular.circuits import CircuitEvaluator, content_key, evaluate_circuit
 from helpers.singular.masks import AblationRule, DirectionMasks, FixedMasks, MaskedModel
-from helpers.singular.references import prepare
 from helpers.singular.tasks import Task
-from helpers.singular.training import TrainConfig, train_masks, training_key, training_step
+from helpers.singular.training import TrainConfig, continue_training, saved_training, train_masks, training_key
 
 
 WARM_TOLERANCE = dict(kept_points=2.0, kl_absolute=0.02, kl_relative=0.15)
 """Declared before the first comparison: a warm-started circuit matches the fresh training at the same α
 when its kept fraction is within ``kept_points`` percentage points of the fresh one's and its held-out KL
 within max(``kl_absolute``, ``kl_relative`` × the fresh KL)."""
-
-
-def continue_training(masked: MaskedModel, masks: DirectionMasks, task: Task, rule: AblationRule,
-                      config: TrainConfig, progress: bool = True) -> list[dict]:
-    """Train ``masks`` further from their present logits: ``config.steps`` steps of a new AdamW optimiser,
-    batches and hard-concrete noise seeded from ``config.seed``, the loop of ``train_masks``. From the
-    initial masks this is ``train_masks`` itself (tested). Returns the history rows."""
-    prepared = prepare(masked, task, rule)
-    masks.noise.manual_seed(config.seed)
-    masks.train()
-    optimiser = torch.optim.AdamW(masks.parameters(), lr=config.lr, weight_decay=0.0)
-    generator = torch.Generator().manual_seed(config.seed)
-    history = []
-    steps = range(config.steps)
-    if progress:
-        from tqdm.auto import tqdm
-
-        steps = tqdm(steps, desc=f"training masks from α's predecessor ({task.name})")
-    for step in steps:
-        index = torch.randperm(len(task), generator=generator)[: config.batch]
-        kl, total, loss = training_step(masked, masks, rule, task, prepared, index, optimiser, config)
-        if step % config.log_every == 0 or step == config.steps - 1:
-            kept = masks.n_kept()
-            history.append(dict(step=step, kl=kl.item(), mask_sum=total.item(), loss=loss.item(),
-                                kept_at_half=kept, kept_fraction_at_half=kept / masks.count()))
-    masks.eval()
-    return history
 
 
 def warm_key(start: DirectionMasks, model, task: Task, rule: AblationRule, config: TrainConfig, maps: str) -> str:
@@ -83,11 +54,10 @@ def warm_masks(masked: MaskedModel, task: Task, rule: AblationRule, config: Trai
         return masks, pd.DataFrame(saved["history"]), 0.0
     masks.load_state_dict(start.state_dict())
     began = time.perf_counter()
-    history = continue_training(masked, masks, task, rule, config, progress=progress)
+    history = continue_training(masked, masks, task, rule, config, progress,
+                                desc=f"training masks from α's predecessor ({task.name})")
     seconds = time.perf_counter() - began
-    save_verified({"state": masks.state_dict(), "history": history,
-                   "record": dict(model=model.record(), task=task.name, rule=rule.record(), config=asdict(config),
-                                  maps=masked.maps, torch_threads=torch.get_num_threads())}, path)
+    save_verified(saved_training(masked, masks, history, task, rule, config), path)
     return masks, pd.DataFrame(history), seconds
 
 

@@ -31,12 +31,12 @@ positions and so inflates sparsity.
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 
 from helpers.singular.augmented import MATRIX_KINDS, direction_shapes, layer_svds, qk_factors
+from helpers.core.forwards import forwards_replaced
 from helpers.core.logits import logits_at
 from helpers.core.weights import layer_weights
 
@@ -216,7 +216,7 @@ class MaskedModel:
         self.model = model
         self.bases = [layer_bases(model, layer) for layer in range(model.n_layers)]
         self.factored_mlp = factored_mlp
-        self._from_input = {}  # (layer, kind) -> (P, c): a = x P + c, built on first use
+        self._from_input = {}  # (layer, kind) -> (module, P, c): a = x P + c, built on first use
 
     @property
     def maps(self) -> str:
@@ -370,37 +370,29 @@ class MaskedModel:
             return module, module.weight
         return None
 
-    def _input_map(self, layer: int, kind: str) -> tuple[torch.Tensor, torch.Tensor]:
-        """(P [in, r], c [r]) with a = x P + c the coefficients of the map's output for its input x."""
+    def _input_map(self, layer: int, kind: str) -> tuple[torch.nn.Module, torch.Tensor, torch.Tensor]:
+        """(module, P [in, r], c [r]): the map's module, and a = x P + c the coefficients of its output for
+        its input x. Built on first use, then kept."""
         if (layer, kind) not in self._from_input:
             module, weight = self._linear(layer, kind)
             V = self.bases[layer].mlp[kind].double()
             bias = module.bias if module.bias is not None else torch.zeros(weight.shape[1])
-            self._from_input[layer, kind] = ((weight.detach().double() @ V).float(), (bias.detach().double() @ V).float())
+            self._from_input[layer, kind] = (module, (weight.detach().double() @ V).float(),
+                                             (bias.detach().double() @ V).float())
         return self._from_input[layer, kind]
 
-    @contextmanager
     def _factored(self, masks, references, pairs):
-        """Each map of ``pairs`` computes (a + (m − 1)(a − a_ref)) Vᵀ from its input while inside."""
-        modules = []
+        """A context in which each map of ``pairs`` computes (a + (m − 1)(a − a_ref)) Vᵀ from its input."""
+        replacements = {}
         for layer, kind in pairs:
-            module, _ = self._linear(layer, kind)
-            P, c = self._input_map(layer, kind)
+            module, P, c = self._input_map(layer, kind)
             V, mask, ref = self.bases[layer].mlp[kind], masks.values(layer, kind), references[layer][kind]
 
             def forward(x, P=P, c=c, V=V, mask=mask, ref=ref):
                 a = x @ P + c
                 return (a + self._delta(a, mask, ref)) @ V.T
-            modules.append((module, vars(module).get("forward")))
-            vars(module)["forward"] = forward  # the instance's own forward, ahead of its class's
-        try:
-            yield
-        finally:
-            for module, own in modules:
-                if own is None:
-                    del vars(module)["forward"]
-                else:
-                    vars(module)["forward"] = own
+            replacements[module] = forward
+        return forwards_replaced(replacements)
 
     def masked_final_logits(self, masks, rule: AblationRule, tokens, answer_pos, references) -> torch.Tensor:
         # one draw per block, in the hooks' order, so that hard-concrete samples do not depend on the path

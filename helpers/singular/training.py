@@ -132,7 +132,7 @@ def masking_prompts(model, task_name: str, n_prompts: int, seed: int = 0) -> tup
     return make_task(task_name, model, n_prompts, seed=seed).split(0.5, seed=seed)
 
 
-def training_key(model, task: Task, rule: AblationRule, config: TrainConfig, maps: str = "hooks") -> str:
+def training_key(model, task: Task, rule: AblationRule, config: TrainConfig, maps: str) -> str:
     """Cache key of a training: everything that changes its result, ``maps`` (``MaskedModel.maps``) included,
     since factored and hooked MLP maps differ by float rounding, which training carries into its masks."""
     settings = asdict(config)
@@ -172,6 +172,16 @@ def train_masks(masked: MaskedModel, task: Task, rule: AblationRule, config: Tra
     if saved is not None:
         masks.load_state_dict(saved["state"])
         return masks, pd.DataFrame(saved["history"])
+    history = continue_training(masked, masks, task, rule, config, progress, desc=f"training masks ({task.name})")
+    save_verified(saved_training(masked, masks, history, task, rule, config), path)
+    return masks, pd.DataFrame(history)
+
+
+def continue_training(masked: MaskedModel, masks: DirectionMasks, task: Task, rule: AblationRule,
+                      config: TrainConfig, progress: bool = True, desc: str | None = None) -> list[dict]:
+    """Train ``masks`` from their present logits: ``config.steps`` steps of one new AdamW optimiser, with
+    batches and hard-concrete noise seeded from ``config.seed``. ``train_masks`` runs it from the initial
+    masks, ``helpers.singular.alpha_path`` from a lighter α's trained ones. Returns the history rows."""
     prepared = prepare(masked, task, rule)
     masks.noise.manual_seed(config.seed)
     masks.train()
@@ -182,7 +192,7 @@ def train_masks(masked: MaskedModel, task: Task, rule: AblationRule, config: Tra
     if progress:
         from tqdm.auto import tqdm
 
-        steps = tqdm(steps, desc=f"training masks ({task.name})")
+        steps = tqdm(steps, desc=desc or f"training masks ({task.name})")
     for step in steps:
         index = torch.randperm(len(task), generator=generator)[: config.batch]
         kl, total, loss = training_step(masked, masks, rule, task, prepared, index, optimiser, config)
@@ -191,10 +201,15 @@ def train_masks(masked: MaskedModel, task: Task, rule: AblationRule, config: Tra
             history.append(dict(step=step, kl=kl.item(), mask_sum=total.item(), loss=loss.item(),
                                 kept_at_half=kept, kept_fraction_at_half=kept / masks.count()))
     masks.eval()
-    save_verified({"state": masks.state_dict(), "history": history,
-                   "record": dict(model=model.record(), task=task.name, rule=rule.record(), config=asdict(config),
-                                  maps=masked.maps, torch_threads=torch.get_num_threads())}, path)
-    return masks, pd.DataFrame(history)
+    return history
+
+
+def saved_training(masked: MaskedModel, masks: DirectionMasks, history: list[dict], task: Task, rule: AblationRule,
+                   config: TrainConfig) -> dict:
+    """What a trained set of masks is saved as: their state, the history, and a record of the training."""
+    return {"state": masks.state_dict(), "history": history,
+            "record": dict(model=masked.model.record(), task=task.name, rule=rule.record(), config=asdict(config),
+                           maps=masked.maps, torch_threads=torch.get_num_threads())}
 
 
 def alpha_sweep(masked: MaskedModel, train: Task, evaluator: CircuitEvaluator, rule: AblationRule,

@@ -7,13 +7,13 @@ direction), bootstrap CIs over the texts, and a dose–response over α. Judged 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 import torch
 
+from helpers.core.forwards import forwards_replaced
 from helpers.core.logits import lens, logits_at
 from helpers.core.tokens import right_padded
 from helpers.tiled.sites import Site, steer_hook
@@ -139,27 +139,15 @@ class Steering:
                             f"hidden states (transformers ≥ 5)")
         self.inputs = inputs
 
-    @contextmanager
     def _started_at(self, layer: int, hidden: torch.Tensor):
-        """Blocks before ``layer`` bypassed; the one just before it returns ``hidden``."""
+        """A context in which the blocks before ``layer`` are bypassed, and the one just before it returns
+        ``hidden``."""
         def bypass(*args, **kwargs):
             return args[0] if args else kwargs["hidden_states"]
 
         def cached(*args, **kwargs):
             return hidden
-        # set in each instance's own __dict__: the bridge's components pass attribute writes to the module
-        # they wrap
-        own = [vars(self.blocks[i]).get("forward") for i in range(layer)]
-        for i in range(layer):
-            vars(self.blocks[i])["forward"] = cached if i == layer - 1 else bypass
-        try:
-            yield
-        finally:
-            for block, forward in zip(self.blocks, own):
-                if forward is None:
-                    del vars(block)["forward"]  # the class's own forward again
-                else:
-                    vars(block)["forward"] = forward
+        return forwards_replaced({self.blocks[i]: cached if i == layer - 1 else bypass for i in range(layer)})
 
     def changes(self, site: Site, vectors: torch.Tensor, n_texts: int | None = None) -> torch.Tensor:
         """[m, n, vocab] change of the last-token logits of the first ``n_texts`` texts (all by default) when

@@ -5,12 +5,11 @@ import pandas as pd
 import pytest
 import torch
 
-from helpers.singular.alpha_path import (continue_training, kept_overlap, path_comparison, warm_alpha_path,
-                                         warm_masks, within_tolerance)
+from helpers.singular.alpha_path import kept_overlap, path_comparison, warm_alpha_path, warm_masks, within_tolerance
 from helpers.singular.circuits import CircuitEvaluator
 from helpers.singular.masks import AblationRule, DirectionMasks, FixedMasks, MaskedModel
 from helpers.singular.tasks import make_task
-from helpers.singular.training import TrainConfig, train_masks
+from helpers.singular.training import TrainConfig, continue_training, train_masks
 from tests.conftest import cached_model
 
 CONFIG = TrainConfig(steps=4, batch=4, lr=2.0, log_every=1, parametrisation="hard_concrete")  # large steps: masks move
