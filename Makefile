@@ -26,6 +26,7 @@ $(STAMP): requirements.txt requirements.lock pyproject.toml
 figures: $(STAMP)
 	$(BIN)/python -m helpers.pipeline $(if $(FAST),--fast) $(if $(PROFILE),--profile $(PROFILE))
 	$(if $(FAST)$(PROFILE),,$(BIN)/python -m helpers.reproduction)  # the README's "Does it reproduce?" table
+	$(if $(filter workshop,$(PROFILE)),$(BIN)/python -m helpers.workshop)  # what its sizes must still show
 
 # Score every committed circuit file with the pinned evaluator (reports in figures/evaluations/).
 evaluations: $(STAMP)

@@ -98,6 +98,8 @@ MUTANTS = [  # (file, original text, mutated text, tests to run, what the mutant
  ("helpers/tiled/steer.py", "    bits = (values + 0.0).contiguous()", "    bits = values.contiguous()", "tests/unit/test_checks.py", "rank order puts -0.0 below +0.0"),
  ("helpers/tiled/steer.py", "    key = bits ^ ((bits >> 31) | -2 ** 31)", "    key = bits ^ -2 ** 31", "tests/unit/test_checks.py", "rank order keeps negatives' bit order (larger magnitude ranked higher)"),
  ("helpers/tiled/steer.py", 'order[row] = by_low[np.argsort(high[row][by_low], kind="stable")]', 'order[row] = by_low[np.argsort(high[row][by_low], kind="quicksort")]', "tests/unit/test_checks.py", "rank order's second radix pass not stable"),
+ ("helpers/workshop.py", 'r["random_kl"] >= criteria["circuit_ratio"] * r["kl"])', 'r["kl"] >= criteria["circuit_ratio"] * r["random_kl"])', "tests/unit/test_workshop.py", "workshop circuit criterion inverted"),
+ ("helpers/workshop.py", "counts[label] = counts.get(label, 0) + round(rate * n_layers)", "counts[label] = counts.get(label, 0) + rate", "tests/unit/test_workshop.py", "B1 passes summed as rates, not site-layers"),
 ]
 
 

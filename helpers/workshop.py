@@ -1,0 +1,114 @@
+"""The workshop profile's promise, checked: what its smaller sizes must still show, declared before any
+workshop run, and judged on the summaries of a finished one.
+
+    python -m helpers.workshop [--figures figures-workshop]     # after python -m helpers.pipeline --profile workshop
+
+- **Circuits** (each notebook-02 run of the profile): every circuit of the α sweep has a held-out KL at most
+  1 / ``circuit_ratio`` of its same-count random control's, and the heaviest α keeps at most
+  ``heaviest_kept`` of the directions (a circuit that keeps nearly everything would beat its control trivially).
+- **Receptors** (notebook 06): at the largest steering scale, on both sites (direct path and full forward),
+  the receptor intervention flips at least ``flip_percent`` % of the pronouns and at least ``flip_above_random``
+  points more than the equal-norm random directions.
+- **Check B** (notebook 04): over the layers the profile runs, the model passes B1 on at least
+  ``b1_margin`` more site-layers than each negative control.
+
+Exit status 1 when a criterion fails or a run it needs did not finish.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from helpers.summaries import SUMMARY_FILE
+
+CRITERIA = dict(circuit_ratio=3.0, heaviest_kept=0.5, flip_percent=50.0, flip_above_random=30.0, b1_margin=2)
+"""Declared before the first workshop run (see the module docstring)."""
+
+
+def _row(criterion: str, run: str, value: float, threshold: str, passed: bool) -> dict:
+    return dict(criterion=criterion, run=run, value=value, threshold=threshold, passed=bool(passed))
+
+
+def circuit_rows(run: str, summary: dict, criteria: dict = CRITERIA) -> list[dict]:
+    """Each α of a notebook-02 summary: random KL / circuit KL; and the heaviest α's kept fraction."""
+    sweep = sorted(summary["alpha_sweep"], key=lambda r: r["alpha"])
+    rows = [_row(f"random KL / circuit KL at α {r['alpha']:.3g}", run, r["random_kl"] / max(r["kl"], 1e-12),
+                 f"≥ {criteria['circuit_ratio']}", r["random_kl"] >= criteria["circuit_ratio"] * r["kl"])
+            for r in sweep]
+    heaviest = sweep[-1]
+    rows.append(_row(f"kept fraction at the heaviest α {heaviest['alpha']:.3g}", run, heaviest["kept_fraction"],
+                     f"≤ {criteria['heaviest_kept']}", heaviest["kept_fraction"] <= criteria["heaviest_kept"]))
+    return rows
+
+
+def receptor_rows(run: str, summary: dict, criteria: dict = CRITERIA) -> list[dict]:
+    """Flip rates of notebook 06 at its largest scale, per site: receptors, and receptors − random."""
+    rows = []
+    for site, rates in summary["flip_rate"].items():
+        largest = max(rates["receptors"], key=float)
+        receptors, random = rates["receptors"][largest], rates["random"][largest]
+        rows.append(_row(f"{site}: % flipped by the receptors at scale {largest}", run, receptors,
+                         f"≥ {criteria['flip_percent']}", receptors >= criteria["flip_percent"]))
+        rows.append(_row(f"{site}: receptors − random, points, at scale {largest}", run, receptors - random,
+                         f"≥ {criteria['flip_above_random']}", receptors - random >= criteria["flip_above_random"]))
+    return rows
+
+
+def b1_passes(summary: dict) -> dict[str, int]:
+    """Site-layers passing B1 per sweep label (model and controls), from notebook 04's pass rates."""
+    n_layers = len(summary["layers"])
+    counts: dict[str, int] = {}
+    for key, rates in summary["pass_rates"].items():
+        if key.endswith(" B1"):
+            for label, rate in rates.items():
+                if label != "uninformative":
+                    counts[label] = counts.get(label, 0) + round(rate * n_layers)
+    return counts
+
+
+def b1_rows(run: str, summary: dict, criteria: dict = CRITERIA) -> list[dict]:
+    counts = b1_passes(summary)
+    model = counts.pop("model")
+    return [_row(f"B1 site-layers passed, model − {label} ({model} − {n})", run, model - n,
+                 f"≥ {criteria['b1_margin']}", model - n >= criteria["b1_margin"]) for label, n in counts.items()]
+
+
+CHECKS = (("02_masking-", circuit_rows), ("06_steering-", receptor_rows), ("04_tiled_svd-", b1_rows))
+
+
+def check(figures: str | Path = "figures-workshop", criteria: dict = CRITERIA) -> pd.DataFrame:
+    """One row per criterion and run of the workshop profile found under ``figures``; a kind of run the
+    profile must hold but that is missing gives a failed row."""
+    figures = Path(figures)
+    rows = []
+    for prefix, rows_of in CHECKS:
+        found = sorted(figures.glob(f"{prefix}*/{SUMMARY_FILE}"))
+        if not found:
+            rows.append(_row(f"a finished {prefix}* run", "-", float("nan"), "present", False))
+        for path in found:
+            summary = json.loads(path.read_text())
+            if summary.get("profile") != "workshop":
+                rows.append(_row("summary of a workshop run", path.parent.name, float("nan"), "profile = workshop", False))
+                continue
+            rows.extend(rows_of(path.parent.name, summary, criteria))
+    return pd.DataFrame(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--figures", default="figures-workshop")
+    args = parser.parse_args(argv)
+    table = check(args.figures)
+    with pd.option_context("display.max_colwidth", 70, "display.width", 200):
+        print(table.to_string(index=False))
+    failed = int((~table["passed"]).sum())
+    print(f"workshop criteria (declared in helpers/workshop.py): {len(table) - failed} of {len(table)} met")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

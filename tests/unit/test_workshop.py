@@ -1,0 +1,70 @@
+"""The workshop criteria (helpers.workshop) on hand-made summaries: met, and each one broken in turn."""
+import copy
+import json
+
+import pytest
+
+from helpers.workshop import b1_passes, check, main
+
+CIRCUITS = {"profile": "workshop", "alpha_sweep": [
+    {"alpha": 7.8e-4, "kept_fraction": 0.30, "kl": 0.20, "random_kl": 1.5},
+    {"alpha": 1.95e-4, "kept_fraction": 0.70, "kl": 0.05, "random_kl": 0.9}]}
+RECEPTORS = {"profile": "workshop", "flip_rate": {
+    "direct": {"receptors": {"1.0": 20.0, "5.0": 90.0}, "random": {"1.0": 0.0, "5.0": 10.0}},
+    "layer": {"receptors": {"1.0": 10.0, "5.0": 80.0}, "random": {"1.0": 0.0, "5.0": 10.0}}}}
+B = {"profile": "workshop", "layers": [3, 9, 15], "pass_rates": {
+    "attn.o B1": {"model": 2 / 3, "permuted": 0.0, "random-init": 1 / 3, "uninformative": False},
+    "mlp.down B1": {"model": 1.0, "permuted": 0.0, "random-init": 0.0, "uninformative": False},
+    "attn.o A1": {"model": 1.0, "permuted": 1.0, "random-init": 1.0, "uninformative": True}}}
+
+
+def write(folder, summaries):
+    for name, summary in summaries.items():
+        (folder / name).mkdir(parents=True)
+        (folder / name / "summary.json").write_text(json.dumps(summary))
+    return folder
+
+
+def runs(circuits=CIRCUITS, receptors=RECEPTORS, b=B):
+    return {"02_masking-ioi-m": circuits, "06_steering-m": receptors, "04_tiled_svd-g": b}
+
+
+def test_b1_passes_are_counted_over_the_layers_run():
+    assert b1_passes(B) == {"model": 5, "permuted": 0, "random-init": 1}
+
+
+def test_every_criterion_met(tmp_path):
+    table = check(write(tmp_path, runs()))
+    assert table["passed"].all() and len(table) == 2 + 1 + 4 + 2
+    assert main(["--figures", str(tmp_path)]) == 0
+
+
+def broken(path, value):
+    summaries = copy.deepcopy(runs())
+    name, *keys = path
+    target = summaries[name]
+    for key in keys[:-1]:
+        target = target[key]
+    target[keys[-1]] = value
+    return summaries
+
+
+@pytest.mark.parametrize("path,value,failing", [
+    (("02_masking-ioi-m", "alpha_sweep", 0, "random_kl"), 0.55, "random KL / circuit KL at α 0.00078"),
+    (("02_masking-ioi-m", "alpha_sweep", 0, "kept_fraction"), 0.6, "kept fraction at the heaviest α"),
+    (("06_steering-m", "flip_rate", "layer", "receptors", "5.0"), 45.0, "layer: % flipped"),
+    (("06_steering-m", "flip_rate", "direct", "random", "5.0"), 65.0, "direct: receptors − random"),
+    (("04_tiled_svd-g", "pass_rates", "mlp.down B1", "random-init"), 1.0, "model − random-init"),
+    (("04_tiled_svd-g", "profile"), None, "summary of a workshop run"),
+])
+def test_each_broken_criterion_fails_alone(tmp_path, path, value, failing):
+    table = check(write(tmp_path, broken(path, value)))
+    assert table.loc[~table["passed"], "criterion"].str.contains(failing, regex=False).tolist() == [True]
+    assert main(["--figures", str(tmp_path)]) == 1
+
+
+def test_a_missing_run_fails(tmp_path):
+    summaries = runs()
+    del summaries["06_steering-m"]
+    table = check(write(tmp_path, summaries))
+    assert table.loc[~table["passed"], "criterion"].tolist() == ["a finished 06_steering-* run"]
