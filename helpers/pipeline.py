@@ -51,9 +51,9 @@ INJECTED = ("fast", "out_dir")  # parameters every run receives from the pipelin
 PROFILES = ("full", "workshop")
 PROFILE_FOLDERS = {"full": ("figures", "build"), "workshop": ("figures-workshop", "build/workshop")}
 WORKSHOP_NOTE = ("Workshop run (`python -m helpers.pipeline --profile workshop`): smaller sizes than the reference "
-                 "run, declared in notebooks/runs.toml, chosen to finish in minutes while the learned circuit still "
-                 "beats its random control, the receptors still flip the pronoun and check B still separates the "
-                 "model from its controls. Its numbers are not the reference results in figures/.")
+                 "run, declared in notebooks/runs.toml; `python -m helpers.workshop` says whether the learned circuit "
+                 "still beats its random control, the receptors still flip the pronoun and check B still separates "
+                 "the model from its controls. Its numbers are not the reference results in figures/.")
 
 EXECUTED_NOTEBOOK = "notebook.ipynb"  # each run's executed notebook, outputs included, beside its figures
 PACKAGES = ("torch", "transformer-lens", "transformers", "numpy", "pandas", "matplotlib", "seaborn", "papermill",
@@ -469,7 +469,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fast", action="store_true", help="short runs (CI): fewer layers, prompts and samples")
     parser.add_argument("--profile", default="full", choices=PROFILES,
                         help="workshop: the runs runs.toml gives a [runs.workshop] table, at those sizes, into "
-                             "figures-workshop/ (about 15 minutes on two cores)")
+                             "figures-workshop/ (17 minutes alone on two cores as measured; README)")
     parser.add_argument("--force", action="store_true", help="re-run even runs whose inputs are unchanged")
     parser.add_argument("--only", nargs="+", metavar="NAME", help="run only these runs (names from runs.toml)")
     parser.add_argument("--runs", default="notebooks/runs.toml")
