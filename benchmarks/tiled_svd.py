@@ -24,7 +24,7 @@ from helpers.tiled.steer import check_c, steer_texts
 from helpers.tiled.sweep import sweep
 from helpers.tiled.thresholds import load_thresholds
 from helpers.tiled.verdicts import check_a, check_b
-from helpers.tiled.statistics import SiteStatistics
+from helpers.tiled.statistics import SiteStatistics, pass_batches
 from helpers.tiled.sites import all_sites
 from helpers.core.tokens import right_padded
 from helpers.tiled.corpus import corpus_paragraphs, sample_tokens
@@ -41,14 +41,14 @@ def peak_gib() -> float:
 
 
 def plain_pass_seconds(model, sample, batch: int) -> float:
-    """One forward pass over the sequences the sweep runs (those holding sampled tokens), same batching."""
-    halves = sample.halves()
-    sequences = sorted(halves["fit"]) + sorted(halves["score"])
+    """One forward pass over the tokens the sweep's corpus pass runs (each sequence holding sampled tokens, up to
+    its last one), with the same batches (``helpers.tiled.statistics.pass_batches``)."""
     start = time.perf_counter()
-    for i in range(0, len(sequences), batch):
-        tokens = right_padded([sample.sequences[j] for j in sequences[i: i + batch]])
-        with torch.no_grad():
-            model.body(input_ids=tokens)
+    for positions in sample.halves().values():
+        for chunk in pass_batches(positions, batch):
+            tokens = right_padded([sample.sequences[j][: max(positions[j]) + 1] for j in chunk])
+            with torch.no_grad():
+                model.body(input_ids=tokens)
     return time.perf_counter() - start
 
 

@@ -7,7 +7,7 @@ from helpers.tiled.plans import build_plans
 from helpers.tiled.thresholds import load_thresholds
 from helpers.tiled.corpus import sample_tokens
 from helpers.core.models import gpt2_tokenizer
-from helpers.tiled.statistics import (SiteStatistics, StreamPlan, _Stream, activation, best_direction_residuals,
+from helpers.tiled.statistics import (SiteStatistics, StreamPlan, _Stream, activation, best_direction_residuals, pass_batches,
                                      effective_matrix, gqa_average, normal_solve, orthonormal_basis)
 from helpers.tiled.sites import Site, all_sites
 from helpers.tiled.tiling import Mounts, random_directions, ridge_map, top_eigenvectors
@@ -83,6 +83,33 @@ def test_one_pass_statistics_equal_a_direct_per_site_computation(name, sample):
         exact = top_eigenvectors(unit.T @ unit / len(unit), plan.pca_count)
         torch.testing.assert_close((plan.sets["pca"].U.T @ exact.U).abs().diagonal(),
                                    torch.ones(plan.pca_count, dtype=torch.float64), rtol=0, atol=1e-6)
+
+
+def test_pass_batches_group_sequences_by_their_last_sampled_position():
+    positions = {0: [3, 40], 1: [2], 2: [7, 9], 3: [38], 4: [1, 2], 5: [8]}
+    assert pass_batches(positions, 2) == [[1, 4], [5, 2], [3, 0]]
+    assert pass_batches(positions, 4) == [[1, 4, 5, 2], [3, 0]]
+    assert sorted(s for chunk in pass_batches(positions, 1) for s in chunk) == sorted(positions)
+    for bad in (0, -1, 2.0, True):
+        with pytest.raises(ValueError, match="batch="):
+            pass_batches(positions, bad)
+
+
+def test_the_corpus_pass_runs_each_sequence_up_to_its_last_sampled_token(sample):
+    model = cached_model("tiny-gpt2", "raw")
+    plans = build_plans(model, [Site(0, "attn.o")], load_thresholds(), k=2)
+    stats, lengths = SiteStatistics(model, plans), []
+    handle = model.body.register_forward_pre_hook(lambda module, args, kwargs: lengths.append(kwargs["input_ids"].shape[1]),
+                                                  with_kwargs=True)
+    try:
+        stats.run(sample, batch=4, progress=False)
+    finally:
+        handle.remove()
+    expected = [max(max(positions[s]) for s in chunk) + 1
+                for positions in sample.halves().values() for chunk in pass_batches(positions, 4)]
+    assert lengths == expected
+    assert sum(lengths) < sum(max(len(sample.sequences[s]) for s in chunk)
+                              for positions in sample.halves().values() for chunk in pass_batches(positions, 4))
 
 
 def test_effective_path_fits_use_the_fit_half_only(sample):
