@@ -100,6 +100,8 @@ MUTANTS = [  # (file, original text, mutated text, tests to run, what the mutant
  ("helpers/tiled/steer.py", 'order[row] = by_low[np.argsort(high[row][by_low], kind="stable")]', 'order[row] = by_low[np.argsort(high[row][by_low], kind="quicksort")]', "tests/unit/test_checks.py", "rank order's second radix pass not stable"),
  ("helpers/workshop.py", 'r["random_kl"] >= criteria["circuit_ratio"] * r["kl"])', 'r["kl"] >= criteria["circuit_ratio"] * r["random_kl"])', "tests/unit/test_workshop.py", "workshop circuit criterion inverted"),
  ("helpers/workshop.py", "counts[label] = counts.get(label, 0) + round(rate * n_layers)", "counts[label] = counts.get(label, 0) + rate", "tests/unit/test_workshop.py", "B1 passes summed as rates, not site-layers"),
+ ("helpers/tiled/statistics.py", "sample.sequences[i][: max(by_sequence[i]) + 1]", "sample.sequences[i][: max(by_sequence[i])]", "tests/unit/test_statistics.py", "corpus pass cuts each sequence one token before its last sampled one"),
+ ("helpers/tiled/statistics.py", "order = sorted(positions, key=lambda sequence: (max(positions[sequence]), sequence))", "order = sorted(positions)", "tests/unit/test_statistics.py", "corpus-pass batches by index, not by length"),
 ]
 
 
