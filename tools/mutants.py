@@ -73,7 +73,7 @@ MUTANTS = [  # (file, original text, mutated text, tests to run, what the mutant
  ('helpers/evaluations.py', '    if sha != recorded_sha256:', '    if False:', 'tests/unit/test_evaluations.py', "circuit file not checked against the sha256 its run recorded"),
  ('helpers/singular/readout.py', 'for row, read in zip(rows, tokens)', 'for row, read in zip(rows, tokens[::-1])', 'tests/unit/test_readout.py', 'read-outs paired with the wrong directions'),
  ('helpers/singular/identities.py', 'relative_error((x @ qk.U * qk.S[:, None, :])', 'relative_error((x @ qk.U)', 'tests/unit/test_augmented.py', 'QK identity through the SVD without σ'),
- ('helpers/tiled/steer.py', 'self._started_at(site.layer, start.repeat(m, 1, 1))', 'self._started_at(site.layer, start.repeat_interleave(m, 0))', 'tests/unit/test_checks.py', 'cached residual rows paired with the wrong texts'),
+ ('helpers/tiled/steer.py', 'self._started_at(site.layer, start[i, :length])', 'self._started_at(site.layer, start[: len(i), :length])', 'tests/unit/test_checks.py', 'cached residual rows paired with the wrong texts'),
  ('helpers/tiled/steer.py', 'return forwards_replaced({self.blocks[i]: cached if i == layer - 1 else bypass for i in range(layer)})', 'return forwards_replaced({self.blocks[i]: bypass for i in range(layer)})', 'tests/unit/test_checks.py', 'steered forward starts from the embeddings, not the cached residual'),
  ('helpers/tiled/steer.py', '    if steering.model is not model or steering.texts is not texts:', '    if False:', 'tests/unit/test_checks.py', 'a Steering of other texts accepted'),
  ('helpers/tiled/steer.py', '    k -= k.mean()\n', '', 'tests/unit/test_checks.py', 'batched Spearman ρ without centring the ranks'),
@@ -102,6 +102,9 @@ MUTANTS = [  # (file, original text, mutated text, tests to run, what the mutant
  ("helpers/workshop.py", "counts[label] = counts.get(label, 0) + round(rate * n_layers)", "counts[label] = counts.get(label, 0) + rate", "tests/unit/test_workshop.py", "B1 passes summed as rates, not site-layers"),
  ("helpers/tiled/statistics.py", "sample.sequences[i][: max(by_sequence[i]) + 1]", "sample.sequences[i][: max(by_sequence[i])]", "tests/unit/test_statistics.py", "corpus pass cuts each sequence one token before its last sampled one"),
  ("helpers/tiled/statistics.py", "order = sorted(positions, key=lambda sequence: (max(positions[sequence]), sequence))", "order = sorted(positions)", "tests/unit/test_statistics.py", "corpus-pass batches by index, not by length"),
+ ("helpers/tiled/steer.py", "    texts = sorted(range(len(last)), key=lambda i: (int(last[i]), i))", "    texts = list(range(len(last)))", "tests/unit/test_checks.py", "steered forwards batch texts by index, not by length"),
+ ("helpers/tiled/steer.py", "            length = int(last[i].max()) + 1", "            length = last.max() + 1", "tests/unit/test_checks.py", "steered forwards run every text to the longest one's length"),
+ ("helpers/tiled/steer.py", "            out[d, i] = logits - base[i]", "            out[d, i] = logits - base[d]", "tests/unit/test_checks.py", "steered change minus another text's base logits"),
 ]
 
 

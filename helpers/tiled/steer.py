@@ -106,16 +106,36 @@ def steered_change(model, site: Site, u: torch.Tensor, alpha: float, texts: Stee
     return last_token_logits(model, texts, [(steer_hook(model, site), add)]) - base
 
 
+def steer_batches(last: torch.Tensor, m: int, max_tokens: int) -> list[list[tuple[int, int]]]:
+    """The (direction, text) rows of ``m`` directions steered over texts whose last tokens are at ``last``,
+    in forwards of at most ``max_tokens`` padded tokens (a row longer than that alone). Rows go in order of
+    their text's last token (then text, then direction), and each forward runs its texts only up to the
+    longest last token among them: the model is causal, so the later tokens change nothing at the last one,
+    and a forward holds texts of about one length and little padding."""
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        raise ValueError(f"max_tokens={max_tokens!r}: expected an integer ≥ 1")
+    texts = sorted(range(len(last)), key=lambda i: (int(last[i]), i))
+    batches, batch = [], []
+    for i in texts:
+        for d in range(m):
+            if batch and (len(batch) + 1) * (int(last[i]) + 1) > max_tokens:
+                batches.append(batch)
+                batch = []
+            batch.append((d, i))
+    return batches + [batch] if batch else batches
+
+
 class Steering:
     """Steered forwards over fixed texts, started at the steered layer from the unsteered residual stream.
 
     One unsteered forward at construction gives the base logits and caches the input of every block.
     ``changes`` then runs the blocks from the steered layer on: the earlier blocks are bypassed, the one just
-    before returning the cached input of the steered layer. The directions of one call share forwards,
-    ``max_rows`` text rows at a time."""
+    before returning the cached input of the steered layer. The directions of one call share forwards of at
+    most ``max_tokens`` padded tokens, each text cut after its last token (``steer_batches``)."""
 
-    def __init__(self, model, texts: SteerTexts, max_rows: int = 128):
-        self.model, self.texts, self.max_rows = model, texts, max_rows
+    def __init__(self, model, texts: SteerTexts, max_tokens: int = 2048):
+        steer_batches(texts.last, 1, max_tokens)  # refuses a bad budget here, not at the first steer
+        self.model, self.texts, self.max_tokens = model, texts, max_tokens
         self.blocks = [model.block(layer) for layer in range(model.n_layers)]
         inputs, kinds = {}, set()
 
@@ -155,19 +175,20 @@ class Steering:
         n = len(self.texts.last) if n_texts is None else n_texts
         if not 1 <= n <= len(self.texts.last):
             raise ValueError(f"n_texts={n_texts}: the steering texts are {len(self.texts.last)}")
-        tokens, last, base = self.texts.tokens[:n], self.texts.last[:n], self.base[:n]
-        start, hook = self.inputs[site.layer][:n], steer_hook(self.model, site)
-        out = []
-        for chunk in vectors.float().split(max(1, self.max_rows // n)):
-            m = len(chunk)
-            rows = chunk.repeat_interleave(n, 0)[:, None, :]  # direction-major, like tokens.repeat(m, 1)
+        last, base = self.texts.last[:n], self.base[:n]
+        start, hook, vectors = self.inputs[site.layer], steer_hook(self.model, site), vectors.float()
+        out = torch.empty(len(vectors), n, base.shape[1], dtype=torch.float64)
+        for batch in steer_batches(last, len(vectors), self.max_tokens):
+            d, i = (torch.tensor(index) for index in zip(*batch))
+            length = int(last[i].max()) + 1
+            rows = vectors[d][:, None, :]
 
             def add(value, hook):
                 return value + rows.to(value.dtype)
-            with torch.no_grad(), self._started_at(site.layer, start.repeat(m, 1, 1)):
-                logits = logits_at(self.model, tokens.repeat(m, 1), last.repeat(m), [(hook, add)]).double()
-            out.append(logits.reshape(m, n, -1) - base)
-        return torch.cat(out)
+            with torch.no_grad(), self._started_at(site.layer, start[i, :length]):
+                logits = logits_at(self.model, self.texts.tokens[i, :length], last[i], [(hook, add)]).double()
+            out[d, i] = logits - base[i]
+        return out
 
 
 def steering_of(model, texts: SteerTexts, steering: Steering | None) -> Steering:

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from helpers.core.logits import lens
-from helpers.tiled.steer import (Steering, bootstrap_rho, centred_ranks, check_c, last_token_logits, rank_order, spearman,
-                                 spearman_rows, steer_texts, steered_change, top_jaccard)
+from helpers.tiled.steer import (Steering, SteerTexts, bootstrap_rho, centred_ranks, check_c, last_token_logits, rank_order,
+                                 spearman, spearman_rows, steer_batches, steer_texts, steered_change, top_jaccard)
 from helpers.tiled.judges import PAPER_JUDGE
 from helpers.tiled.plans import build_plans
 from helpers.tiled.sweep import Sweep, sweep
@@ -133,12 +133,15 @@ def test_check_c_judges_a_real_steer_that_follows_the_lens(tmp_path, monkeypatch
 @pytest.mark.parametrize("name", ["tiny-gpt2", "tiny-llama", "tiny-gemma3"])
 def test_steering_from_the_cached_residual_equals_the_full_steered_forward(name):
     """The oracle is the plain steered forward over every block: each site of each layer, several directions
-    and strengths in one batched call, split over forwards (max_rows), on all texts and on the first two."""
+    and strengths in one batched call, split over forwards of texts cut after their last token (max_tokens), on
+    all texts and on the first two."""
     model = cached_model(name, "raw")
-    sample = sample_tokens(gpt2_tokenizer(), n_tokens=60, max_tokens=16, tokenizer_name="gpt2")
+    sample = sample_tokens(gpt2_tokenizer(), n_tokens=60, max_tokens=32, tokenizer_name="gpt2")
     texts = steer_texts(sample, n_texts=4)
     base = last_token_logits(model, texts)
-    steering = Steering(model, texts, max_rows=8)
+    assert len(set(texts.last.tolist())) > 1  # texts of several lengths: the cut is exercised
+    steering = Steering(model, texts, max_tokens=64)
+    assert len(steer_batches(texts.last, 3, 64)) > 1
     assert torch.equal(steering.base, base)
     directions = random_directions(model.d_model, 3, seed=2).U.T
     alphas = [2.0, 0.5, 8.0]
@@ -159,7 +162,7 @@ def test_steering_from_the_cached_residual_equals_the_full_steered_forward(name)
         steering.changes(Site(model.n_layers - 1, "mlp.down"), directions)
         assert ran == []  # the blocks before the steered layer are not recomputed
         steering.changes(Site(0, "mlp.down"), directions[:1])
-        assert len(ran) == 1
+        assert len(ran) == len(steer_batches(texts.last, 1, 64))  # one run of block 0 per forward
     finally:
         handle.remove()
     for block in steering.blocks:  # every block runs its own forward again
@@ -284,3 +287,41 @@ def test_control_sweeps_run_each_control_fresh_through_the_same_sweep(tmp_path, 
     assert not sweeps["permuted"].a["lift_tile"].equals(sweeps["random-init"].a["lift_tile"])
     table = pass_counts_table({"model": by_hand, **sweeps})
     assert list(table.columns) == ["model", "permuted", "random-init"] and table.loc["attn.o", "model"].endswith("/1")
+
+
+def test_steer_batches_order_rows_by_text_length_within_a_token_budget():
+    """Hand case: texts of last tokens [5, 1, 3, 1] (lengths 6, 2, 4, 2), two directions, 8 tokens a forward."""
+    assert steer_batches(torch.tensor([5, 1, 3, 1]), 2, 8) == [
+        [(0, 1), (1, 1), (0, 3), (1, 3)],  # 4 rows × 2 tokens
+        [(0, 2), (1, 2)],  # 2 × 4
+        [(0, 0)], [(1, 0)]]  # a third row of 6 tokens would pass 8: each alone
+    assert steer_batches(torch.tensor([5, 1]), 3, 1) == [[(0, 1)], [(1, 1)], [(2, 1)], [(0, 0)], [(1, 0)], [(2, 0)]]
+    for bad in (0, 2.0, True):
+        with pytest.raises(ValueError, match="max_tokens"):
+            steer_batches(torch.tensor([1]), 1, bad)
+
+
+def test_steered_forwards_run_each_text_only_to_its_last_token():
+    """The forwards ``changes`` runs, recorded at the last block: the hand case above (rows × tokens), each
+    row's change equal to the plain steered forward over the padded texts."""
+    model = cached_model("tiny-gemma3", "raw")
+    generator = torch.Generator().manual_seed(0)
+    last = torch.tensor([5, 1, 3, 1])
+    texts = SteerTexts(torch.randint(1, model.tokenizer.vocab_size, (4, 7), generator=generator), last)
+    steering = Steering(model, texts, max_tokens=8)
+    directions = 3.0 * random_directions(model.d_model, 2, seed=1).U.T
+    shapes = []
+    handle = steering.blocks[-1].register_forward_pre_hook(
+        lambda module, args, kwargs: shapes.append(tuple((args[0] if args else kwargs["hidden_states"]).shape[:2])),
+        with_kwargs=True)
+    site = Site(1, "attn.o")
+    try:
+        got = steering.changes(site, directions)
+    finally:
+        handle.remove()
+    assert shapes == [(4, 2), (2, 4), (1, 6), (1, 6)]
+    for change, u in zip(got, directions):
+        want = steered_change(model, site, u, 1.0, texts, steering.base)
+        torch.testing.assert_close(change, want, rtol=0, atol=1e-4 * float(want.abs().max()))
+    with pytest.raises(ValueError, match="max_tokens=0"):
+        Steering(model, texts, max_tokens=0)
