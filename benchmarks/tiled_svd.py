@@ -24,9 +24,8 @@ from helpers.tiled.steer import check_c, steer_texts
 from helpers.tiled.sweep import sweep
 from helpers.tiled.thresholds import load_thresholds
 from helpers.tiled.verdicts import check_a, check_b
-from helpers.tiled.statistics import SiteStatistics, pass_batches
+from helpers.tiled.statistics import SiteStatistics, pass_tokens
 from helpers.tiled.sites import all_sites
-from helpers.core.tokens import right_padded
 from helpers.tiled.corpus import corpus_paragraphs, sample_tokens
 from helpers.core.models import load_model, model_from_config
 
@@ -41,12 +40,11 @@ def peak_gib() -> float:
 
 
 def plain_pass_seconds(model, sample, batch: int) -> float:
-    """One forward pass over the tokens the sweep's corpus pass runs (each sequence holding sampled tokens, up to
-    its last one), with the same batches (``helpers.tiled.statistics.pass_batches``)."""
+    """One forward pass over the tokens the sweep's corpus pass runs, in the same batches
+    (``helpers.tiled.statistics.pass_tokens``)."""
     start = time.perf_counter()
     for positions in sample.halves().values():
-        for chunk in pass_batches(positions, batch):
-            tokens = right_padded([sample.sequences[j][: max(positions[j]) + 1] for j in chunk])
+        for _, tokens in pass_tokens(sample, positions, batch):
             with torch.no_grad():
                 model.body(input_ids=tokens)
     return time.perf_counter() - start

@@ -205,8 +205,8 @@ class SiteStatistics:
         for phase, positions in halves.items():
             if phase == "score":
                 self._between_halves()
-            for chunk in pass_batches(positions, batch):
-                got = self._forward(sample, chunk, by_sequence, names)
+            for chunk, tokens in pass_tokens(sample, positions, batch):
+                got = self._forward(tokens, chunk, by_sequence, names)
                 for plan in self.plans:
                     h = self._values(plan, got).double()
                     if phase == "fit":
@@ -219,8 +219,7 @@ class SiteStatistics:
         if bar is not None:
             bar.close()
 
-    def _forward(self, sample, chunk, by_sequence, names) -> dict[str, torch.Tensor]:
-        tokens = right_padded([sample.sequences[i][: max(by_sequence[i]) + 1] for i in chunk])  # causal: later tokens change nothing
+    def _forward(self, tokens, chunk, by_sequence, names) -> dict[str, torch.Tensor]:
         rows = torch.cat([torch.full((len(by_sequence[i]),), r) for r, i in enumerate(chunk)])
         cols = torch.cat([torch.tensor(by_sequence[i]) for i in chunk])
         got = {}
@@ -266,6 +265,13 @@ def pass_batches(positions: dict[int, list[int]], batch: int) -> list[list[int]]
         raise ValueError(f"batch={batch!r}: expected an integer ≥ 1")
     order = sorted(positions, key=lambda sequence: (max(positions[sequence]), sequence))
     return [order[start: start + batch] for start in range(0, len(order), batch)]
+
+
+def pass_tokens(sample: TokenSample, positions: dict[int, list[int]], batch: int):
+    """Yield (sequences, tokens [len(sequences), T]) for each batch of ``pass_batches``: each sequence cut
+    after its last sampled position (causal: the later tokens change nothing there), right-padded."""
+    for chunk in pass_batches(positions, batch):
+        yield chunk, right_padded([sample.sequences[i][: max(positions[i]) + 1] for i in chunk])
 
 
 def gqa_average(model, o_input: torch.Tensor) -> torch.Tensor:
