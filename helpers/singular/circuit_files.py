@@ -210,19 +210,25 @@ def default_circuit(task_name: str, model_name: str, figures: str | Path = "../f
             / f"{circuit_label(task_name, 'ours', MaskingRun().alpha)}.safetensors")
 
 
-def run_circuits(model, task_name: str, train, held_out, run, trained: dict, paper: tuple, paper_rule: tuple) -> list[Circuit]:
+def run_circuits(model, task_name: str, train, held_out, run, trained: dict, paper: tuple | None = None,
+                 paper_rule: tuple | None = None) -> list[Circuit]:
     """Every circuit notebook 02 reports: one per α of the sweep (``trained``: α → masks, trained as ``run``
-    with that α, kept at logit > 0), the paper's recipe (``paper`` = (run, masks), kept at m ≥ 1e-3) and our
-    training under the paper's rule (``paper_rule`` = (run, masks), kept at logit > 0)."""
+    with that α, kept at logit > 0), then, when given (notebook 02's ``run_ledger``), the paper's recipe
+    (``paper`` = (run, masks), kept at m ≥ 1e-3) and our training under the paper's rule (``paper_rule`` =
+    (run, masks), kept at logit > 0)."""
     circuits = [make_circuit(model, masks, FixedMasks.binarised(masks), KEPT_AT_HALF, run.rule(),
                              replace(run, alpha=float(alpha)), task_name, train, held_out,
                              circuit_label(task_name, "ours", alpha)) for alpha, masks in trained.items()]
-    (paper_run, paper_masks), (rule_run, rule_masks) = paper, paper_rule
-    circuits.append(make_circuit(model, paper_masks, FixedMasks.at_least(paper_masks, PAPER_KEPT), KEPT_PAPER,
-                                 paper_run.rule(), paper_run, task_name, train, held_out,
-                                 circuit_label(task_name, "paper-recipe")))
-    circuits.append(make_circuit(model, rule_masks, FixedMasks.binarised(rule_masks), KEPT_AT_HALF, rule_run.rule(),
-                                 rule_run, task_name, train, held_out, circuit_label(task_name, "ours-paper-rule")))
+    if paper is not None:
+        paper_run, paper_masks = paper
+        circuits.append(make_circuit(model, paper_masks, FixedMasks.at_least(paper_masks, PAPER_KEPT), KEPT_PAPER,
+                                     paper_run.rule(), paper_run, task_name, train, held_out,
+                                     circuit_label(task_name, "paper-recipe")))
+    if paper_rule is not None:
+        rule_run, rule_masks = paper_rule
+        circuits.append(make_circuit(model, rule_masks, FixedMasks.binarised(rule_masks), KEPT_AT_HALF,
+                                     rule_run.rule(), rule_run, task_name, train, held_out,
+                                     circuit_label(task_name, "ours-paper-rule")))
     return circuits
 
 

@@ -375,7 +375,7 @@ parameters = { model_name = "tiny-llama", task_name = "ioi" }
 [[runs]]
 name = "02_masking-gender-tiny-llama"
 notebook = "02_masking.ipynb"
-parameters = { model_name = "tiny-llama", task_name = "gender" }
+parameters = { model_name = "tiny-llama", task_name = "gender", run_ledger = false }
 
 [[runs]]
 name = "03_head_case_study-tiny-llama"
@@ -393,6 +393,7 @@ after = ["02_masking-gender-tiny-llama"]
 
 @pytest.mark.slow
 def test_notebook_02_writes_circuit_files_that_03_06_and_the_evaluator_read(tmp_path):
+    """With and without the ledger (the gender run: ``run_ledger = false``, as in the workshop profile)."""
     from helpers.evaluate import evaluate_file
 
     folder = tmp_path / "notebooks"
@@ -411,6 +412,12 @@ def test_notebook_02_writes_circuit_files_that_03_06_and_the_evaluator_read(tmp_
     assert read["path"] == "02_masking-ioi-tiny-llama/circuits/ioi-ours-alpha0.000195.safetensors"
     assert read["sha256"] == written[0]["sha256"]
     assert summaries["06_steering-tiny-llama"]["circuit_file"]["label"] == "gender-ours-alpha0.000195"
+    gender = summaries["02_masking-gender-tiny-llama"]  # run_ledger = false: no paper recipe, ledger or their circuits
+    assert [c["label"] for c in gender["circuit_files"]] == ["gender-ours-alpha0.000195", "gender-ours-alpha0.00039",
+                                                             "gender-ours-alpha0.00078"]
+    assert gender["run_ledger"] is False and gender["ledger"] is None and gender["paper_recipe_run"] is None
+    assert summaries["02_masking-ioi-tiny-llama"]["run_ledger"] is True
+    assert len(summaries["02_masking-ioi-tiny-llama"]["ledger"]) == 4
     for record in written:
         result = evaluate_file(figures / "02_masking-ioi-tiny-llama" / "circuits" / record["file"], n_prompts=8,
                                control_seeds=1, percents=(10, 100))
