@@ -469,7 +469,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fast", action="store_true", help="short runs (CI): fewer layers, prompts and samples")
     parser.add_argument("--profile", default="full", choices=PROFILES,
                         help="workshop: the runs runs.toml gives a [runs.workshop] table, at those sizes, into "
-                             "figures-workshop/ (17 minutes alone on two cores as measured; README)")
+                             "figures-workshop/ (18.5 minutes alone on two cores on 8f03b7e's machine; README)")
     parser.add_argument("--force", action="store_true", help="re-run even runs whose inputs are unchanged")
     parser.add_argument("--only", nargs="+", metavar="NAME", help="run only these runs (names from runs.toml)")
     parser.add_argument("--runs", default="notebooks/runs.toml")
