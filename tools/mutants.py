@@ -106,6 +106,8 @@ MUTANTS = [  # (file, original text, mutated text, tests to run, what the mutant
  ("helpers/tiled/steer.py", "            length = int(last[i].max()) + 1", "            length = last.max() + 1", "tests/unit/test_checks.py", "steered forwards run every text to the longest one's length"),
  ("helpers/tiled/steer.py", "            out[d, i] = logits - base[i]", "            out[d, i] = logits - base[d]", "tests/unit/test_checks.py", "steered change minus another text's base logits"),
  ("benchmarks/tiled_svd.py", "model.n_layers - plan.site.layer, len(rows))", "model.n_layers - plan.site.layer + 1, len(rows))", "tests/unit/test_benchmark_work.py", "work floor: a steered forward counted from the block before the steered one"),
+ ("helpers/tiled/corpus.py", '    return text.split("\\n\\n")', "    return python_docs_from_interpreter(dropped)", "tests/unit/test_corpus.py", "python-docs read from the interpreter's pydoc_data, not the pinned file"),
+ ("helpers/tiled/corpus.py", "    if digest != PYTHON_DOCS_SHA256:", "    if False:", "tests/unit/test_corpus.py", "python-docs file not checked against its pinned sha256"),
  ("benchmarks/tiled_svd.py", 'mounts = min(RELEASED_MOUNTS, plan.sets["tile"].U.shape[1])', "mounts = RELEASED_MOUNTS", "tests/unit/test_benchmark_work.py", "work floor: released mounts not capped by the site's tiles"),
 ]
 

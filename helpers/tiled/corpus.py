@@ -4,10 +4,13 @@ Corpora, by name:
 
 - ``"wikitext-2"``: WikiText-2 raw train from the Hugging Face hub (the paper's), lines shorter than 80
   characters and "= Title =" headers dropped, the first ~400k characters; needs the hub (or its cache);
-- ``"python-docs"`` (offline default): the reference documentation that ships inside every CPython
+- ``"python-docs"`` (offline default): the reference documentation that ships inside CPython
   (``pydoc_data.topics``: the language reference's prose), split into paragraphs, code and grammar blocks
-  dropped, paragraphs shorter than 80 characters dropped. Its text differs slightly between Python
-  releases, so every summary records the corpus' sha256;
+  dropped, paragraphs shorter than 80 characters dropped. That text differs between Python releases (3.11.2
+  gives 649 paragraphs, 3.11.7 740), so the paragraphs of CPython 3.11.7 are kept in
+  ``data/python-docs.txt`` (blank-line separated; ``python_docs_from_interpreter`` made them) and every
+  interpreter reads that file, verified against ``PYTHON_DOCS_SHA256``. Every summary records the corpus'
+  sha256;
 - a path to a local text file, or to a folder of ``.txt`` / ``.md`` / ``.rst`` files: blank-line
   separated paragraphs, the same length filter. A file in WikiText's layout (``wiki.train.raw`` as users
   have it: every line starts with a space, headers look like " = Title = ") is read as the paper read it:
@@ -30,6 +33,9 @@ import torch
 
 from helpers.core.cache import atomic_write_json, cache_dir, load_verified, save_verified
 
+PYTHON_DOCS = Path(__file__).resolve().parents[2] / "data" / "python-docs.txt"
+PYTHON_DOCS_SHA256 = "daf0d86e5317b1679b9ef70fef1ef6d093bd3450b0577efba5bd546ed6034c86"
+"""sha256 of the paragraphs joined by blank lines: CPython 3.11.7's ``pydoc_data.topics`` under the rules below."""
 MIN_CHARS = 80
 MAX_CHARS = 400_000
 TEXT_SUFFIXES = (".txt", ".md", ".rst")
@@ -93,10 +99,23 @@ def _keep(paragraphs: list[str], dropped: Counter) -> list[str]:
     return kept
 
 
-def python_docs_paragraphs(dropped: Counter) -> list[str]:
+def python_docs_from_interpreter(dropped: Counter) -> list[str]:
+    """The paragraphs of the running interpreter's ``pydoc_data.topics`` (how ``data/python-docs.txt`` was
+    made, on CPython 3.11.7)."""
     from pydoc_data.topics import topics
 
     return _keep([p for key in sorted(topics) for p in _paragraphs(topics[key], dropped)], dropped)
+
+
+def python_docs_paragraphs(dropped: Counter) -> list[str]:
+    """The paragraphs of ``data/python-docs.txt``, the same on every interpreter; refused if the file is not
+    the one pinned by ``PYTHON_DOCS_SHA256``."""
+    text = PYTHON_DOCS.read_text(encoding="utf-8").removesuffix("\n")
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    if digest != PYTHON_DOCS_SHA256:
+        raise ValueError(f"{PYTHON_DOCS} has sha256 {digest}, not the pinned {PYTHON_DOCS_SHA256}: the corpus file "
+                         f"was changed; restore it with git checkout -- data/python-docs.txt")
+    return text.split("\n\n")
 
 
 def wikitext_paragraphs(dropped: Counter) -> list[str]:

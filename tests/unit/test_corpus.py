@@ -1,8 +1,15 @@
 """Corpora: offline default, local files, the hub's error; the seeded token sample and its two halves."""
+import hashlib
+import sys
+import types
+from collections import Counter
+
 import pytest
 import torch
 
-from helpers.tiled.corpus import MIN_CHARS, corpus_paragraphs, sample_tokens
+from helpers.tiled import corpus
+from helpers.tiled.corpus import (MIN_CHARS, PYTHON_DOCS, PYTHON_DOCS_SHA256, corpus_paragraphs,
+                                  python_docs_from_interpreter, sample_tokens)
 from helpers.core.models import gpt2_tokenizer
 
 
@@ -11,6 +18,22 @@ def test_offline_default_is_prose_paragraphs_from_cpython_docs():
     assert len(paragraphs) > 300 and sum(map(len, paragraphs)) > 150_000
     assert all(len(p) >= MIN_CHARS and "\n" not in p for p in paragraphs)
     assert not any(p.startswith((">>>", " ")) for p in paragraphs)
+    # the interpreter's own pydoc_data keeps the rules (its text differs between releases)
+    own = python_docs_from_interpreter(Counter())
+    assert own and all(len(p) >= MIN_CHARS and "\n" not in p for p in own)
+
+
+def test_python_docs_is_the_pinned_file_whatever_the_interpreter_ships(monkeypatch, tmp_path):
+    paragraphs = corpus_paragraphs("python-docs")
+    assert len(paragraphs) == 740
+    assert hashlib.sha256("\n\n".join(paragraphs).encode()).hexdigest() == PYTHON_DOCS_SHA256
+    monkeypatch.setitem(sys.modules, "pydoc_data.topics", types.SimpleNamespace(topics={"x": "another release " * 20}))
+    assert corpus_paragraphs("python-docs") == paragraphs
+    changed = tmp_path / "python-docs.txt"
+    changed.write_text(PYTHON_DOCS.read_text(encoding="utf-8").replace("Assert", "Asserts", 1), encoding="utf-8")
+    monkeypatch.setattr(corpus, "PYTHON_DOCS", changed)
+    with pytest.raises(ValueError, match="not the pinned .*git checkout -- data/python-docs.txt"):
+        corpus_paragraphs("python-docs")
 
 
 def test_local_file_and_folder_are_read_as_paragraphs(tmp_path):
