@@ -57,9 +57,10 @@ def plain_pass_seconds(model, sample, batch: int) -> float:
 
 def forward_macs(model, rows: int, width: int, blocks: int, logit_rows: int = 0) -> float:
     """Multiply-adds of one forward of ``rows`` sequences padded to ``width`` tokens through ``blocks`` blocks
-    and the LM head at ``logit_rows`` positions: each block's weights once per padded token, attention's
-    scores and mixing once per pair of padded positions (2 · width² · n_heads · d_head per sequence), the head
-    vocab · d_model per row. Norms, activations and the embedding are left out (a few per cent)."""
+    and the LM head at ``logit_rows`` positions: each block's weights (block 0's: the models here have blocks
+    alike) once per padded token, attention's scores and mixing once per pair of padded positions
+    (2 · width² · n_heads · d_head per sequence), the head vocab · d_model per row. Norms, activations and the
+    embedding are left out (a few per cent)."""
     block = sum(p.numel() for p in model.block(0).parameters() if p.dim() == 2)
     attention = 2 * rows * width ** 2 * model.n_heads * model.d_head
     vocab, d_model = model.hf_model.lm_head.weight.shape
