@@ -51,7 +51,7 @@ def boxed_heads(model, task_name: str, attribution: torch.Tensor | None, top: in
         return (sorted(GPT2_IOI_HEADS) if task_name == "ioi" else []), "Wang et al.'s IOI circuit"
     if attribution is None:
         return [], "none"
-    order = torch.as_tensor(attribution).reshape(-1).argsort(descending=True)[:top]
+    order = torch.sort(torch.as_tensor(attribution).reshape(-1), descending=True, stable=True).indices[:top]  # ties: the earlier head
     n_heads = torch.as_tensor(attribution).shape[1]
     return ([(int(i) // n_heads, int(i) % n_heads) for i in order],
             f"top-{top} direct logit attribution (name-mover candidates)")

@@ -27,11 +27,13 @@ PAPER_KL = 0.21
 
 
 def binarise_top(masks: DirectionMasks, n_keep: int) -> FixedMasks:
-    """Keep the ``n_keep`` directions with the largest mask values (ties broken by order)."""
+    """Keep the ``n_keep`` directions with the largest mask logits; equal logits (directions the loss never
+    separates, e.g. the OV directions of zero σ, all pushed alike by the penalty) go to the earlier block and
+    index, by a stable sort."""
     names = list(masks.logits)
     flat = torch.cat([masks.logits[n].detach().reshape(-1) for n in names])
     keep = torch.zeros_like(flat)
-    keep[flat.argsort(descending=True)[:n_keep]] = 1.0
+    keep[torch.sort(flat, descending=True, stable=True).indices[:n_keep]] = 1.0
     return FixedMasks(split_like(keep, {n: masks.logits[n] for n in names}))
 
 

@@ -84,7 +84,7 @@ def find_receptors(coefficients: torch.Tensor, footprint: torch.Tensor, is_a: to
     stats = receptor_statistics(coefficients, footprint, is_a)
     eligible = (stats["separation"] >= min_separation) & (stats["score"] > 0)
     index = eligible.nonzero()
-    order = stats["score"][eligible].argsort(descending=True)[:top]
+    order = torch.sort(stats["score"][eligible], descending=True, stable=True).indices[:top]  # ties: the earlier direction
     return pd.DataFrame([_row(stats, *(int(v) for v in index[i])) for i in order.tolist()], columns=COLUMNS)
 
 

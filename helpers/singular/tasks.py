@@ -32,7 +32,28 @@ IOI_TEMPLATES = [  # names always follow a space, so " Name" is the token; the a
     "Friends {A} and {B} found a {OBJECT} at the {PLACE}. {S} gave it to",
     "Today {A} and {B} had a long day at the {PLACE}, so {S} passed a {OBJECT} to",
 ]
-GENDER_TEMPLATES = ["So {NAME} is a really great friend, isn't", "I think {NAME} is a very kind person, isn't"]
+GENDER_TEMPLATES = [  # the name always follows a space; the next token is the pronoun
+    "So {NAME} is a really great friend, isn't",
+    "I think {NAME} is a very kind person, isn't",
+    "Everyone says {NAME} is a talented cook, isn't",
+    "I heard that {NAME} got the new job, didn't",
+    "We all know {NAME} works very hard, doesn't",
+    "Yesterday {NAME} finished the report early, didn't",
+    "Surely {NAME} will come to the wedding, won't",
+    "Our neighbour {NAME} has a lovely garden, hasn't",
+    "My friend {NAME} called me last night because",
+    "When {NAME} arrived at the party,",
+    "After dinner, {NAME} washed the dishes because",
+    "The teacher asked {NAME} a question, and",
+]
+GENDER_NAMES_MALE = NAMES_MALE + [  # IOI keeps its own 60 names; gender needs more distinct prompts
+    "Chris", "Andrew", "Joseph", "Charles", "Anthony", "Tony", "Nick", "Steve", "Jim", "Bob", "Joe", "Luke", "Harry",
+    "Oliver", "Jacob", "Simon", "Patrick", "Greg", "Carl", "Fred", "Larry", "Ray", "Roger", "Bill", "Arthur",
+    "Walter", "Victor", "Albert", "Leo", "Max"]
+GENDER_NAMES_FEMALE = NAMES_FEMALE + [
+    "Elizabeth", "Jennifer", "Patricia", "Barbara", "Margaret", "Sandra", "Carol", "Michelle", "Olivia", "Sophia",
+    "Hannah", "Kelly", "Victoria", "Catherine", "Julie", "Lily", "Ella", "Eva", "Sara", "Joan", "Judy", "Heather",
+    "Monica", "Nina", "Eve", "Sally", "Ellen", "Martha", "Janet", "Anne"]
 NOUNS_DURATION = ["war", "reign", "dynasty", "expedition", "siege", "conflict", "drought", "project", "strike",
                   "journey"]
 GREATER_THAN_TEMPLATE = "The {NOUN} lasted from the year {XX}{YY} to the year {XX}"
@@ -64,13 +85,22 @@ class Task:
                     self.digit_tokens)
 
     def split(self, fraction: float, seed: int = 0) -> tuple["Task", "Task"]:
-        """(train, held-out) random split."""
-        order = torch.randperm(len(self), generator=torch.Generator().manual_seed(seed))
-        cut = int(round(fraction * len(self)))
-        if not 0 < cut < len(self):
-            raise ValueError(f"splitting {len(self)} {self.name} prompts at {fraction} leaves one part empty; "
-                             f"use n_prompts ≥ 2 (each part needs prompts)")
-        return self.subset(order[:cut]), self.subset(order[cut:])
+        """(train, held-out) random split of the distinct prompts: a prompt that occurs twice is kept once,
+        so no held-out prompt is ever a training prompt (the generators already draw distinct prompts)."""
+        first = {}
+        for i, prompt in enumerate(self.prompts):
+            first.setdefault(prompt, i)
+        unique = torch.tensor(sorted(first.values()))
+        order = unique[torch.randperm(len(unique), generator=torch.Generator().manual_seed(seed))]
+        cut = int(round(fraction * len(unique)))
+        if not 0 < cut < len(unique):
+            raise ValueError(f"splitting {len(unique)} distinct {self.name} prompts at {fraction} leaves one part "
+                             f"empty; use n_prompts ≥ 2 (each part needs prompts)")
+        train, held_out = self.subset(order[:cut]), self.subset(order[cut:])
+        shared = set(train.prompts) & set(held_out.prompts)
+        if shared:
+            raise AssertionError(f"{len(shared)} prompts are in both halves of the {self.name} split, e.g. {min(shared)!r}")
+        return train, held_out
 
 
 def single_token_words(tokenizer, words: list[str], prefix: str = " ") -> tuple[list[str], list[str]]:
@@ -111,13 +141,21 @@ def ioi_task(model, n: int, seed: int = 0) -> Task:
     if len(names) < 5 or not places or not objects:
         raise ValueError(f"too few single-token words for IOI with this tokenizer: names {len(names)}, "
                          f"places {len(places)}, objects {len(objects)}")
-    clean, corrupt, io_ids, s_ids = [], [], [], []
-    for i in range(n):
+    distinct = len(IOI_TEMPLATES) * len(names) * (len(names) - 1) * len(places) * len(objects)  # per order
+    check_enough_prompts("ioi", n, 2 * distinct, f"{len(IOI_TEMPLATES)} templates, {len(names)} names, "
+                         f"{len(places)} places, {len(objects)} objects, ABBA and BABA")
+    clean, corrupt, io_ids, s_ids, repeats = [], [], [], [], 0
+    while len(clean) < n:
+        i = len(clean)
         template = rng.choice(IOI_TEMPLATES)
         io, s, c1, c2, c3 = rng.sample(names, 5)
         place, obj = rng.choice(places), rng.choice(objects)
         a, b = (io, s) if i % 2 == 0 else (s, io)  # ABBA when IO comes first, BABA otherwise
-        clean.append(template.format(A=a, B=b, S=s, PLACE=place, OBJECT=obj))
+        prompt = template.format(A=a, B=b, S=s, PLACE=place, OBJECT=obj)
+        if prompt in clean:  # a repeated draw: every prompt is distinct, so a split never shares one
+            repeats = _repeated("ioi", repeats, n, len(clean))
+            continue
+        clean.append(prompt)
         corrupt.append(template.format(A=c1, B=c2, S=c3, PLACE=place, OBJECT=obj))
         io_ids.append(token_id(tok, " " + io))
         s_ids.append(token_id(tok, " " + s))
@@ -125,23 +163,32 @@ def ioi_task(model, n: int, seed: int = 0) -> Task:
     corrupt_t, pos_c = _tokenise(model, corrupt)
     _check_aligned(pos, pos_c, "ioi")
     return Task("ioi", clean, clean_t, corrupt_t, pos, torch.tensor(io_ids), torch.tensor(s_ids), "logit diff IO − S",
-                dropped=dict(names=dropped_names, places=dropped_places, objects=dropped_objects))
+                dropped=dict(names=dropped_names, places=dropped_places, objects=dropped_objects,
+                             repeated_draws=repeats))
 
 
 def gender_task(model, n: int, seed: int = 0) -> Task:
-    """Gender pronoun: "So {name} is a really great friend, isn't" → " he" / " she"; corruption:
-    a name of the other gender. Metric: logit diff correct − wrong pronoun."""
+    """Gender pronoun: "So {name} is a really great friend, isn't" → " he" / " she" (``GENDER_TEMPLATES``);
+    corruption: a name of the other gender. Metric: logit diff correct − wrong pronoun. Half the prompts
+    (even indices) name a man, half a woman; each half is drawn without replacement from every
+    (template, single-token name) pair, so all prompts are distinct."""
     check_prompt_count(n)
     rng = random.Random(seed)
     tok = model.tokenizer
-    male, dropped_m = single_token_words(tok, NAMES_MALE)
-    female, dropped_f = single_token_words(tok, NAMES_FEMALE)
+    male, dropped_m = single_token_words(tok, GENDER_NAMES_MALE)
+    female, dropped_f = single_token_words(tok, GENDER_NAMES_FEMALE)
     he, she = token_id(tok, " he"), token_id(tok, " she")
+    pools = [[(t, name) for t in GENDER_TEMPLATES for name in names] for names in (male, female)]
+    smaller = min(len(pool) for pool in pools)
+    check_enough_prompts("gender", n, 2 * smaller if n % 2 == 0 else 2 * smaller - 1,
+                         f"{len(GENDER_TEMPLATES)} templates × {len(male)} male and {len(female)} female single-token "
+                         f"names, half of the prompts of each gender")
+    drawn = [rng.sample(pool, count) for pool, count in zip(pools, ((n + 1) // 2, n // 2))]
     clean, corrupt, correct, wrong = [], [], [], []
     for i in range(n):
-        template = rng.choice(GENDER_TEMPLATES)
         is_male = i % 2 == 0
-        name, other = (rng.choice(male), rng.choice(female)) if is_male else (rng.choice(female), rng.choice(male))
+        template, name = drawn[0 if is_male else 1][i // 2]
+        other = rng.choice(female if is_male else male)
         clean.append(template.format(NAME=name))
         corrupt.append(template.format(NAME=other))
         correct.append(he if is_male else she)
@@ -166,10 +213,17 @@ def greater_than_task(model, n: int, seed: int = 0) -> Task:
     two_digit = all(len(tok(f"{y:02d}", add_special_tokens=False)["input_ids"]) == 1 for y in range(100))
     digits = [token_id(tok, f"{y:02d}") for y in range(100)] if two_digit else [token_id(tok, str(d)) for d in range(10)]
     ids = lambda text: tok(text, add_special_tokens=False)["input_ids"]  # noqa: E731
-    clean, corrupt, thresholds, rejected = [], [], [], 0
+    centuries, years = range(11, 18), range(2, 99)
+    check_enough_prompts("greater_than", n, len(nouns) * len(centuries) * len(years),
+                         f"{len(nouns)} nouns × {len(centuries)} centuries × {len(years)} years, before the years "
+                         f"that do not tokenise like their '01' corruption")
+    clean, corrupt, thresholds, rejected, repeats = [], [], [], 0, 0
     while len(clean) < n:
-        noun, century, year = rng.choice(nouns), rng.choice(range(11, 18)), rng.randrange(2, 99)
+        noun, century, year = rng.choice(nouns), rng.choice(centuries), rng.choice(years)
         text = GREATER_THAN_TEMPLATE.format(NOUN=noun, XX=century, YY=f"{year:02d}")
+        if text in clean:  # a repeated draw: every prompt is distinct, so a split never shares one
+            repeats = _repeated("greater_than", repeats, n, len(clean))
+            continue
         other = GREATER_THAN_TEMPLATE.format(NOUN=noun, XX=century, YY="01")
         a, b = ids(text), ids(other)
         if len(a) != len(b) or sum(x != y for x, y in zip(a, b)) > (1 if two_digit else 2):  # YY alone differs
@@ -184,7 +238,7 @@ def greater_than_task(model, n: int, seed: int = 0) -> Task:
     corrupt_t, pos_c = _tokenise(model, corrupt)
     _check_aligned(pos, pos_c, "greater-than")
     return Task("greater_than", clean, clean_t, corrupt_t, pos, torch.tensor(thresholds), torch.full((n,), -1),
-                "P(YY' > YY) − P(YY' ≤ YY)", dropped=dict(nouns=dropped_nouns, years_rejected=rejected), digit_tokens=torch.tensor(digits))
+                "P(YY' > YY) − P(YY' ≤ YY)", dropped=dict(nouns=dropped_nouns, years_rejected=rejected, repeated_draws=repeats), digit_tokens=torch.tensor(digits))
 
 
 TASKS = {"ioi": ioi_task, "gender": gender_task, "greater_than": greater_than_task}
@@ -194,6 +248,22 @@ def make_task(name: str, model, n: int, seed: int = 0) -> Task:
     if name not in TASKS:
         raise ValueError(f"task {name!r} is not one of {sorted(TASKS)}")
     return TASKS[name](model, n, seed)
+
+
+def check_enough_prompts(task: str, asked: int, distinct: int, made_of: str) -> None:
+    """Refuse ``asked`` prompts when the generator has fewer than that many distinct prompts."""
+    if asked > distinct:
+        raise ValueError(f"{task}: {asked} prompts asked for, but only {distinct} distinct prompts exist for this "
+                         f"tokenizer ({made_of}); ask for at most {distinct} prompts (a held-out set must not repeat "
+                         f"a training prompt)")
+
+
+def _repeated(task: str, repeats: int, asked: int, found: int) -> int:
+    """Count one repeated draw; refuse when repeats outnumber the prompts asked for 50 to 1."""
+    if repeats + 1 > 50 * asked:
+        raise ValueError(f"{task}: {asked} distinct prompts asked for, only {found} found in {repeats + found} draws; "
+                         f"ask for fewer prompts")
+    return repeats + 1
 
 
 def check_prompt_count(n, minimum: int = 1, why: str = "") -> None:

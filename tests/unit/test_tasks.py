@@ -46,7 +46,7 @@ def test_ioi_prompts_name_io_once_and_s_twice_and_corruption_uses_fresh_names():
 
 
 def test_gender_answers_match_the_names_gender_and_corruption_flips_it():
-    from helpers.singular.tasks import NAMES_FEMALE, NAMES_MALE
+    from helpers.singular.tasks import GENDER_NAMES_FEMALE as NAMES_FEMALE, GENDER_NAMES_MALE as NAMES_MALE
 
     task = gender_task(TOKENIZER, 10, seed=0)
     he, she = (TOKENIZER.tokenizer(t)["input_ids"][0] for t in (" he", " she"))
