@@ -164,3 +164,27 @@ def plot_dose_response(table):
         ax.set(xlabel="scale s")
     axes[0].legend(fontsize=7)
     return fig
+
+
+def plot_margins(margins, rule: float, title: str):
+    """Each head's name-mover margin IO / (S1 + S2) with its bootstrap interval, one marker per prompt set
+    (``margins``: rows of ``helpers.singular.heads.margins_of``), on a log axis with the declared rule's
+    bound ``rule`` as a dashed line."""
+    import matplotlib.pyplot as plt
+
+    heads = list(dict.fromkeys(margins["label"]))
+    sets = list(dict.fromkeys(margins["prompt_set"]))
+    fig, ax = plt.subplots(figsize=(7, 0.5 * len(heads) + 1.4))
+    for i, name in enumerate(sets):
+        part = margins[margins["prompt_set"] == name].set_index("label").loc[heads]
+        y = [j + (i - (len(sets) - 1) / 2) * 0.25 for j in range(len(heads))]
+        ax.errorbar(part["margin"], y, xerr=[part["margin"] - part["margin_low"], part["margin_high"] - part["margin"]],
+                    fmt="o", capsize=3, label=f"{name} prompts")
+    ax.axvline(rule, color="black", ls="--", lw=1, label=f"declared rule: {rule:g}×")
+    ax.axvline(1, color="C7", lw=0.8)
+    ax.set_xscale("log")
+    ax.set_yticks(range(len(heads)), heads)
+    ax.invert_yaxis()
+    ax.set(xlabel="END attention to IO / to S1 + S2 (95 % bootstrap interval over prompts)", title=title)
+    ax.legend(fontsize=8, loc="lower right")
+    return fig

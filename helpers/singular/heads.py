@@ -37,23 +37,35 @@ as to the subject's two mentions together (S1 + S2), and its direct logit attrib
 ``min_attribution``. This is what "moves the IO name to the logits" means in Wang et al."""
 
 
-def end_attention(model, task) -> dict[str, torch.Tensor]:
-    """{role: [n_layers, n_heads]} mean attention of the answer position to each IOI role's position."""
+def end_attention_by_prompt(model, task) -> dict[str, torch.Tensor]:
+    """{role: [n_prompts, n_layers, n_heads]} attention of each prompt's answer position (END) to each IOI
+    role's position."""
     roles = ioi_positions(task)
     names = [f"blocks.{layer}.attn.hook_pattern" for layer in range(model.n_layers)]
     with torch.no_grad():
         _, cache = model.bridge.run_with_cache(task.clean, names_filter=lambda n: n in names)
     rows = torch.arange(len(task))
-    out = {}
-    for role in ("IO", "S1", "S2", "BOS"):
-        out[role] = torch.stack([cache[name][rows, :, task.answer_pos, roles[role]].double().mean(0) for name in names])
-    return out
+    return {role: torch.stack([cache[name][rows, :, task.answer_pos, roles[role]].double() for name in names], 1)
+            for role in ("IO", "S1", "S2", "BOS")}
+
+
+def end_attention(model, task) -> dict[str, torch.Tensor]:
+    """{role: [n_layers, n_heads]} mean attention of the answer position to each IOI role's position."""
+    return {role: values.mean(0) for role, values in end_attention_by_prompt(model, task).items()}
+
+
+def meets_name_mover(io: float, s: float, attribution: float, criterion: dict = NAME_MOVER) -> bool:
+    """The declared rule (``NAME_MOVER``) on one head's mean END attention to IO and to S1 + S2 and its DLA."""
+    return bool(io >= criterion["min_io_attention"] and io >= criterion["io_over_s"] * s
+                and attribution > criterion["min_attribution"])
 
 
 def name_mover_table(attention: dict[str, torch.Tensor], attribution: torch.Tensor, mass: torch.Tensor,
                      criterion: dict = NAME_MOVER) -> pd.DataFrame:
     """Every head with its END → IO and END → S attention, its direct logit attribution to IO − S, its mask
-    mass, and whether it meets ``criterion`` (``name_mover``); sorted by attribution."""
+    mass, whether it meets ``criterion`` (``name_mover``) and whether it is a candidate (``candidate``: it
+    attends IO more than S1 + S2 and its attribution is positive; see ``candidate_ranking``); sorted by
+    attribution, equal attributions in (layer, head) order."""
     n_layers, n_heads = attribution.shape
     rows = []
     for layer in range(n_layers):
@@ -62,30 +74,62 @@ def name_mover_table(attention: dict[str, torch.Tensor], attribution: torch.Tens
             s = float(attention["S1"][layer, head] + attention["S2"][layer, head])
             dla = float(attribution[layer, head])
             rows.append(dict(layer=layer, head=head, attention_io=io, attention_s=s, attribution=dla,
-                             mask_mass=float(mass[layer, head]),
-                             name_mover=bool(io >= criterion["min_io_attention"] and io >= criterion["io_over_s"] * s
-                                             and dla > criterion["min_attribution"])))
-    return pd.DataFrame(rows).sort_values("attribution", ascending=False, ignore_index=True)
+                             mask_mass=float(mass[layer, head]), name_mover=meets_name_mover(io, s, dla, criterion),
+                             candidate=bool(io > s and dla > 0)))
+    return pd.DataFrame(rows).sort_values("attribution", ascending=False, kind="stable", ignore_index=True)
 
 
-def choose_name_mover(table: pd.DataFrame) -> tuple[int, int] | None:
-    """The name mover (``name_mover_table``) with the most mask mass; None when no head meets the criterion."""
-    movers = table[table["name_mover"]]
-    if movers.empty:
-        return None
-    best = movers.sort_values("mask_mass", ascending=False, kind="stable").iloc[0]
-    return int(best["layer"]), int(best["head"])
+CANDIDATE_RANKING = ("among heads whose END attention to IO exceeds their attention to S1 + S2 and whose DLA to "
+                     "IO − S is positive, the largest DLA (equal DLAs: the lower layer, then the lower head)")
+"""The case-study head's ranking, declared 2026-12-04 before the rerun that uses it (docs/methods.md §1.5).
+It needs no threshold, so a head cannot drop out of it by a hair on one prompt set."""
+
+
+def candidate_ranking(table: pd.DataFrame) -> pd.DataFrame:
+    """The candidates of ``name_mover_table`` (``CANDIDATE_RANKING``), best first."""
+    pool = table[table["candidate"]]
+    return pool.sort_values(["attribution", "layer", "head"], ascending=[False, True, True], kind="stable",
+                            ignore_index=True)
 
 
 def choose_control_head(table: pd.DataFrame, layer: int, head: int) -> tuple[int, int]:
     """The control of a case-study head: among heads that are not name movers and write nothing toward IO − S
-    (attribution ≤ 0), the one whose mask mass is closest to the case-study head's."""
+    (attribution ≤ 0), the one whose mask mass is closest to the case-study head's; among equally close
+    heads (clamped masks give equal masses), the smallest |attribution|, then the lower layer and head."""
     target = float(_head_row(table, layer, head)["mask_mass"])
     pool = table[~table["name_mover"] & (table["attribution"] <= 0)]
     if pool.empty:
         raise ValueError("every head is a name mover or writes toward IO − S: no control head")
-    best = pool.loc[(pool["mask_mass"] - target).abs().idxmin()]  # the first of equals
+    keyed = pool.assign(distance=(pool["mask_mass"] - target).abs(), size=pool["attribution"].abs())
+    best = keyed.sort_values(["distance", "size", "layer", "head"], kind="stable").iloc[0]
     return int(best["layer"]), int(best["head"])
+
+
+MARGIN_RESAMPLES = 2000
+
+
+def margin_table(attention: dict[str, torch.Tensor], attribution: torch.Tensor, criterion: dict = NAME_MOVER,
+                 resamples: int = MARGIN_RESAMPLES, level: float = 0.95, seed: int = 0) -> pd.DataFrame:
+    """Every head's name-mover margin on one prompt set: IO / (S1 + S2), the ratio of the mean END attentions
+    (``attention`` from ``end_attention_by_prompt``, [n, L, H] per role), with a bootstrap interval over
+    prompts (``resamples`` draws of n prompts with replacement, seeded; percentile interval at ``level``),
+    beside the attention, the DLA (``attribution`` [L, H], on the same prompts) and whether the declared
+    rule is met (``name_mover``, on the means). Rows in (layer, head) order."""
+    io, s = attention["IO"], attention["S1"] + attention["S2"]  # [n, L, H]
+    n = io.shape[0]
+    draws = torch.randint(n, (resamples, n), generator=torch.Generator().manual_seed(seed))
+    ratios = io[draws].mean(1) / s[draws].mean(1)  # [resamples, L, H]
+    tail = (1 - level) / 2
+    low, high = (torch.quantile(ratios, q, dim=0) for q in (tail, 1 - tail))
+    io_mean, s_mean = io.mean(0), s.mean(0)
+    rows = []
+    for layer in range(io.shape[1]):
+        for head in range(io.shape[2]):
+            i, j, dla = float(io_mean[layer, head]), float(s_mean[layer, head]), float(attribution[layer, head])
+            rows.append(dict(layer=layer, head=head, attention_io=i, attention_s=j, margin=i / j,
+                             margin_low=float(low[layer, head]), margin_high=float(high[layer, head]), attribution=dla,
+                             name_mover=meets_name_mover(i, j, dla, criterion)))
+    return pd.DataFrame(rows)
 
 
 def _head_row(table: pd.DataFrame, layer: int, head: int) -> pd.Series:
@@ -248,11 +292,21 @@ PAPER_HEAD = (9, 6)
 """Paper 1's case-study head of GPT-2 small: name mover 9.6 (Wang et al.)."""
 
 
+def margins_of(tables: dict[str, pd.DataFrame], heads: dict[str, tuple[int, int]]) -> pd.DataFrame:
+    """The rows of ``margin_table`` for ``heads`` ({label: (layer, head)}) on each prompt set (``tables``:
+    {set name: margin table}), one row per (set, head), labelled."""
+    rows = []
+    for name, table in tables.items():
+        for label, (layer, head) in heads.items():
+            rows.append(dict(prompt_set=name, label=label, **_head_row(table, layer, head).to_dict()))
+    return pd.DataFrame(rows)
+
+
 def resolve_case_study_head(model, given, table: pd.DataFrame) -> tuple[int, int, str]:
     """(layer, head, why) of the case study: ``given`` ("layer.head") when set; else paper 1's 9.6 for
-    GPT-2 small; else the name mover with the most mask mass (``choose_name_mover`` on ``table``, from
-    ``name_mover_table``); when no head meets the criterion, the head of largest attribution to IO − S,
-    and ``why`` says that it is not a name mover. A given head is checked against the model's shape."""
+    GPT-2 small; else the top of ``candidate_ranking`` on ``table`` (from ``name_mover_table``); when no head
+    is a candidate, the head of largest attribution to IO − S, and ``why`` says so. A given head is checked
+    against the model's shape."""
     if given is not None:
         try:
             layer, head = (int(v) for v in str(given).split("."))
@@ -264,13 +318,14 @@ def resolve_case_study_head(model, given, table: pd.DataFrame) -> tuple[int, int
         return layer, head, f"given as a parameter ({given})"
     if model.name == "gpt2-small":
         return (*PAPER_HEAD, "paper 1's head 9.6 (a name mover in Wang et al.)")
-    chosen = choose_name_mover(table)
-    if chosen is not None:
-        return (*chosen, "the name mover (declared criterion, NAME_MOVER) with the most mask mass")
-    best = table.iloc[0]
+    ranked = candidate_ranking(table)
+    if not ranked.empty:
+        best = ranked.iloc[0]
+        return int(best["layer"]), int(best["head"]), f"the top candidate: {CANDIDATE_RANKING}"
+    best = table.sort_values(["attribution", "layer", "head"], ascending=[False, True, True], kind="stable").iloc[0]
     return (int(best["layer"]), int(best["head"]),
-            "NO head meets the declared name-mover criterion (NAME_MOVER): this is the head of largest direct "
-            "logit attribution to IO − S, not a name mover")
+            "NO head attends IO over S with a positive attribution to IO − S: this is the head of largest direct "
+            "logit attribution to IO − S, not a name-mover candidate")
 
 
 def is_name_mover(table: pd.DataFrame, layer: int, head: int) -> bool:
@@ -280,34 +335,43 @@ def is_name_mover(table: pd.DataFrame, layer: int, head: int) -> bool:
 def head_evidence(model, evaluator: CircuitEvaluator, spectra: dict, masks, task, layer: int, head: int,
                   n_directions: int, n_controls: int, seed: int = 0, progress: bool = True) -> dict:
     """The case-study pipeline for one head on ``task`` (the evaluator's held-out prompts): its reading, the
-    directions studied (``choose_directions`` on its masks), their terms by IOI role, one-at-a-time
+    directions studied (``choose_directions`` on its mask logits), their terms by IOI role, one-at-a-time
     ablations against σ-matched controls, and the subfunction verdicts (``subfunction_evidence``)."""
     m_ov, m_qk = masks.values(layer, "ov")[head].detach(), masks.values(layer, "qk")[head].detach()
+    logit_ov, logit_qk = (masks.logits[f"{layer}_{kind}"][head].detach() for kind in ("ov", "qk"))
     reading = HeadReading(model, task.clean, task.answer_pos, layer, head)
-    chosen = choose_directions(m_ov, m_qk, reading.ov_null, n_directions)
+    chosen = choose_directions(logit_ov, logit_qk, reading.ov_null, reading.ov_S, reading.qk_S, n_directions)
     roles = ioi_positions(task)
     ov_roles = by_role(reading.ov_sources, roles, reading.valid).loc[chosen["ov"]]
     qk_roles = by_role(reading.qk_keys, roles, reading.valid, other="mean").loc[chosen["qk"]]
     effects = ablation_effects(evaluator, model, spectra, layer, head, chosen, n_controls=n_controls, seed=seed,
                                progress=progress)
-    return dict(layer=layer, head=head, m_ov=m_ov, m_qk=m_qk, reading=reading, chosen=chosen,
+    return dict(layer=layer, head=head, m_ov=m_ov, m_qk=m_qk, logit_ov=logit_ov, logit_qk=logit_qk, reading=reading,
+                chosen=chosen,
                 ov_roles=ov_roles.assign(bias=reading.ov_bias[chosen["ov"]].numpy()), qk_roles=qk_roles,
                 attention=by_role(reading.attention[..., None], roles, reading.valid).iloc[0],
                 effects=effects, evidence=subfunction_evidence(ov_roles, qk_roles, effects))
 
 
-def choose_directions(ov_masks: torch.Tensor, qk_masks: torch.Tensor, ov_null: torch.Tensor, n: int) -> dict[str, list[int]]:
-    """The head's directions studied: per kind the ``n`` with the largest mask values, OV directions with a
-    numerically zero σ excluded (they write nothing)."""
-    usable = (~ov_null).nonzero().flatten()
-    return {"ov": usable[ov_masks[usable].argsort(descending=True)[:n]].tolist(),
-            "qk": qk_masks.argsort(descending=True)[:n].tolist()}
+def choose_directions(ov_logits: torch.Tensor, qk_logits: torch.Tensor, ov_null: torch.Tensor, ov_sigma: torch.Tensor,
+                      qk_sigma: torch.Tensor, n: int) -> dict[str, list[int]]:
+    """The head's directions studied: per kind the ``n`` of largest mask logit, then largest σ, then lowest
+    index (a stable sort on each key, so the order never depends on how a sort breaks ties); OV directions
+    with a numerically zero σ excluded (they write nothing). Logits, not mask values: hard-concrete masks
+    clamp most kept directions to exactly 1.0."""
+    def ranked(logits: torch.Tensor, sigma: torch.Tensor, usable: torch.Tensor) -> list[int]:
+        by_sigma = usable[torch.sort(sigma[usable].double(), descending=True, stable=True).indices]
+        by_logit = by_sigma[torch.sort(logits[by_sigma].double(), descending=True, stable=True).indices]
+        return by_logit[:n].tolist()
+
+    return {"ov": ranked(ov_logits, ov_sigma, (~ov_null).nonzero().flatten()),
+            "qk": ranked(qk_logits, qk_sigma, torch.arange(len(qk_logits)))}
 
 
 def direction_table(model, reading: HeadReading, chosen: dict[str, list[int]], ov_masks: torch.Tensor,
-                    qk_masks: torch.Tensor, ov_roles: pd.DataFrame, qk_roles: pd.DataFrame,
-                    written: torch.Tensor, k: int = 5) -> pd.DataFrame:
-    """One row per chosen direction: σ, mask, and what drives it (its dominant role); for OV also its
+                    qk_masks: torch.Tensor, ov_logits: torch.Tensor, qk_logits: torch.Tensor, ov_roles: pd.DataFrame,
+                    qk_roles: pd.DataFrame, written: torch.Tensor, k: int = 5) -> pd.DataFrame:
+    """One row per chosen direction: σ, mask, mask logit, and what drives it (its dominant role); for OV also its
     mean coefficient, the IO − S logits it writes (``written`` [r]), its top source tokens and the tokens it
     promotes and suppresses as written (the lens of v_k times the sign of its mean coefficient)."""
     from helpers.singular.readout import top_tokens
@@ -317,11 +381,11 @@ def direction_table(model, reading: HeadReading, chosen: dict[str, list[int]], o
         coefficient = float(reading.ov_coefficients[:, index].mean())
         writes = top_tokens(model, reading.ov_V[:, index] * (1 if coefficient >= 0 else -1), k)
         rows.append(dict(kind="ov", direction=index, sigma=float(reading.ov_S[index]), mask=float(ov_masks[index]),
-                         coefficient=coefficient, writes_io_minus_s=float(written[index]),
+                         logit=float(ov_logits[index]), coefficient=coefficient, writes_io_minus_s=float(written[index]),
                          driven_by=dominant_role(ov_roles.loc[index]),
                          source_tokens=" ".join(top_source_tokens(model.tokenizer, reading, index, 3)),
                          promotes=" | ".join(writes["promotes"]), suppresses=" | ".join(writes["suppresses"])))
     for index in chosen["qk"]:
         rows.append(dict(kind="qk", direction=index, sigma=float(reading.qk_S[index]), mask=float(qk_masks[index]),
-                         driven_by=dominant_role(qk_roles.loc[index])))
+                         logit=float(qk_logits[index]), driven_by=dominant_role(qk_roles.loc[index])))
     return pd.DataFrame(rows)

@@ -46,14 +46,24 @@ GENDER_TEMPLATES = [  # the name always follows a space; the next token is the p
     "After dinner, {NAME} washed the dishes because",
     "The teacher asked {NAME} a question, and",
 ]
-GENDER_NAMES_MALE = NAMES_MALE + [  # IOI keeps its own 60 names; gender needs more distinct prompts
+MORE_NAMES_MALE = [  # never in IOI's main prompts: gender's larger pool and IOI's replication set
     "Chris", "Andrew", "Joseph", "Charles", "Anthony", "Tony", "Nick", "Steve", "Jim", "Bob", "Joe", "Luke", "Harry",
     "Oliver", "Jacob", "Simon", "Patrick", "Greg", "Carl", "Fred", "Larry", "Ray", "Roger", "Bill", "Arthur",
     "Walter", "Victor", "Albert", "Leo", "Max"]
-GENDER_NAMES_FEMALE = NAMES_FEMALE + [
+MORE_NAMES_FEMALE = [
     "Elizabeth", "Jennifer", "Patricia", "Barbara", "Margaret", "Sandra", "Carol", "Michelle", "Olivia", "Sophia",
     "Hannah", "Kelly", "Victoria", "Catherine", "Julie", "Lily", "Ella", "Eva", "Sara", "Joan", "Judy", "Heather",
     "Monica", "Nina", "Eve", "Sally", "Ellen", "Martha", "Janet", "Anne"]
+GENDER_NAMES_MALE = NAMES_MALE + MORE_NAMES_MALE
+GENDER_NAMES_FEMALE = NAMES_FEMALE + MORE_NAMES_FEMALE
+IOI_REPLICATION_TEMPLATES = [  # other sentences than IOI_TEMPLATES, for a replication set with other names
+    "Later that day, {A} and {B} walked to the {PLACE}, and {S} lent a {OBJECT} to",
+    "At the {PLACE}, {A} and {B} were talking, and then {S} showed a {OBJECT} to",
+    "Once {A} and {B} reached the {PLACE}, {S} threw a {OBJECT} to",
+    "On Sunday {A} and {B} met at the {PLACE}. {S} sent a {OBJECT} to",
+    "Since {A} and {B} were both at the {PLACE}, {S} brought a {OBJECT} to",
+    "Because {A} and {B} visited the {PLACE} together, {S} offered a {OBJECT} to",
+]
 NOUNS_DURATION = ["war", "reign", "dynasty", "expedition", "siege", "conflict", "drought", "project", "strike",
                   "journey"]
 GREATER_THAN_TEMPLATE = "The {NOUN} lasted from the year {XX}{YY} to the year {XX}"
@@ -132,22 +142,32 @@ def _check_aligned(clean_pos: torch.Tensor, corrupt_pos: torch.Tensor, task: str
 
 def ioi_task(model, n: int, seed: int = 0) -> Task:
     """IOI (Wang et al. 2023): half ABBA, half BABA; metric logit diff IO − S; ABC corruption."""
+    return _ioi(model, n, seed, IOI_TEMPLATES, NAMES_MALE + NAMES_FEMALE)
+
+
+def ioi_replication_task(model, n: int, seed: int = 0) -> Task:
+    """IOI from other templates (``IOI_REPLICATION_TEMPLATES``) and other names (``MORE_NAMES_*``) than
+    ``ioi_task``'s: the same task on prompts that share no sentence and no name with it."""
+    return _ioi(model, n, seed, IOI_REPLICATION_TEMPLATES, MORE_NAMES_MALE + MORE_NAMES_FEMALE)
+
+
+def _ioi(model, n: int, seed: int, templates: list[str], all_names: list[str]) -> Task:
     check_prompt_count(n)
     rng = random.Random(seed)
     tok = model.tokenizer
-    names, dropped_names = single_token_words(tok, NAMES_MALE + NAMES_FEMALE)
+    names, dropped_names = single_token_words(tok, all_names)
     places, dropped_places = single_token_words(tok, PLACES)
     objects, dropped_objects = single_token_words(tok, OBJECTS)
     if len(names) < 5 or not places or not objects:
         raise ValueError(f"too few single-token words for IOI with this tokenizer: names {len(names)}, "
                          f"places {len(places)}, objects {len(objects)}")
-    distinct = len(IOI_TEMPLATES) * len(names) * (len(names) - 1) * len(places) * len(objects)  # per order
-    check_enough_prompts("ioi", n, 2 * distinct, f"{len(IOI_TEMPLATES)} templates, {len(names)} names, "
+    distinct = len(templates) * len(names) * (len(names) - 1) * len(places) * len(objects)  # per order
+    check_enough_prompts("ioi", n, 2 * distinct, f"{len(templates)} templates, {len(names)} names, "
                          f"{len(places)} places, {len(objects)} objects, ABBA and BABA")
     clean, corrupt, io_ids, s_ids, repeats = [], [], [], [], 0
     while len(clean) < n:
         i = len(clean)
-        template = rng.choice(IOI_TEMPLATES)
+        template = rng.choice(templates)
         io, s, c1, c2, c3 = rng.sample(names, 5)
         place, obj = rng.choice(places), rng.choice(objects)
         a, b = (io, s) if i % 2 == 0 else (s, io)  # ABBA when IO comes first, BABA otherwise

@@ -5,8 +5,8 @@ import torch
 
 from helpers.singular.circuits import CircuitEvaluator
 from helpers.singular.heads import (HeadReading, _matched_controls, ablation_effects, attention_spectra, by_role,
-                                choose_control_head, choose_name_mover, name_mover_table, specificity,
-                                subfunction_evidence)
+                                candidate_ranking, choose_control_head, end_attention, end_attention_by_prompt,
+                                margin_table, meets_name_mover, name_mover_table, specificity, subfunction_evidence)
 from helpers.singular.masks import AblationRule, FixedMasks, MaskedModel
 from helpers.singular.tasks import ioi_task
 from tests.conftest import cached_model
@@ -71,8 +71,9 @@ def test_a_name_mover_attends_end_to_io_well_above_s_and_writes_io_minus_s():
     # (0,0): IO 0.6 ≥ 2 × 0.1, DLA 2 > 0; (1,1): 0.45 ≥ 2 × 0.2 (= 0.4); (1,2): 0.3 ≥ 2 × 0.1;
     # not (0,1): DLA < 0; not (0,2): IO 0.1 < 0.2; not (1,0): 0.6 < 2 × 0.4
     assert movers == {(0, 0), (1, 1), (1, 2)}
-    assert choose_name_mover(table) == (1, 2)  # the most mask mass among the name movers (41)
-    assert choose_name_mover(table.assign(name_mover=False)) is None
+    # candidates: IO > S1 + S2 and DLA > 0, ranked by DLA; (0,2) (0.1 > 0.04) and (1,0) (0.6 > 0.4) are ones
+    # though not name movers
+    assert [(r.layer, r.head) for r in candidate_ranking(table).itertuples()] == [(0, 2), (0, 0), (1, 1), (1, 0), (1, 2)]
     # control: not a name mover, attribution ≤ 0, mask mass closest to the head's: (0,1) is the only one
     assert choose_control_head(table, 1, 2) == (0, 1)
     with pytest.raises(ValueError, match="no control head"):
@@ -151,3 +152,79 @@ def test_end_attention_is_the_answer_rows_attention_at_each_roles_position():
             assert float(attention[role][layer, head]) == pytest.approx(float(expected), abs=1e-6)
     total = sum(attention[r] for r in ("IO", "S1", "S2", "BOS"))
     assert float(total.max()) <= 1 + 1e-6
+
+
+def test_the_name_mover_rule_at_each_of_its_boundaries():
+    """NAME_MOVER: IO ≥ 0.2, IO ≥ 2 (S1 + S2), DLA > 0; each bound just inside and just outside."""
+    assert meets_name_mover(0.2, 0.1, 0.5)  # both attention bounds met with equality
+    assert not meets_name_mover(0.2 - 1e-9, 0.05, 0.5)  # IO just under 0.2, though 4x S
+    assert not meets_name_mover(0.5, 0.25 + 1e-9, 0.5)  # IO just under 2x S
+    assert meets_name_mover(0.5, 0.25, 1e-9) and not meets_name_mover(0.5, 0.25, 0.0)  # DLA strictly positive
+
+
+def mover_rows(rows):
+    """A name_mover_table from (layer, head, attention_io, attention_s, attribution, mask_mass) rows."""
+    attention = {role: torch.zeros(3, 3, dtype=torch.float64) for role in ("IO", "S1", "S2")}
+    attribution, mass = torch.full((3, 3), -1.0, dtype=torch.float64), torch.zeros(3, 3)
+    for layer, head, io, s, dla, m in rows:
+        attention["IO"][layer, head], attention["S1"][layer, head] = io, s
+        attribution[layer, head], mass[layer, head] = dla, m
+    return name_mover_table(attention, attribution, mass)
+
+
+def test_candidates_attend_io_strictly_over_s_with_a_positive_attribution_and_equal_dlas_go_to_the_lower_head():
+    table = mover_rows([(0, 0, 0.30, 0.30, 2.0, 9),  # IO = S: not a candidate, whatever its DLA
+                        (0, 1, 0.30 + 1e-9, 0.30, 0.5, 9),  # IO just over S
+                        (1, 0, 0.50, 0.10, 0.0, 9),  # DLA 0: not a candidate
+                        (2, 2, 0.50, 0.10, 0.5, 9),  # the same DLA as (0, 1): (0, 1) first
+                        (1, 1, 0.40, 0.10, 0.7, 9)])
+    assert [(r.layer, r.head) for r in candidate_ranking(table).itertuples()] == [(1, 1), (0, 1), (2, 2)]
+    shuffled = table.sample(frac=1.0, random_state=3)
+    assert candidate_ranking(shuffled)[["layer", "head"]].values.tolist() == [[1, 1], [0, 1], [2, 2]]
+
+
+def test_the_control_head_among_equally_close_masses_is_the_smallest_attribution_then_the_lower_head():
+    table = mover_rows([(2, 2, 0.5, 0.1, 1.0, 129.0),  # the studied head
+                        (1, 2, 0.0, 0.1, -0.30, 129.0), (0, 1, 0.0, 0.1, -0.05, 129.0), (2, 0, 0.0, 0.1, -0.05, 129.0),
+                        (0, 0, 0.0, 0.1, -0.01, 100.0)])
+    # three heads at distance 0; |DLA| 0.05 twice: the lower layer. Equal masses are common (clamped masks).
+    assert choose_control_head(table, 2, 2) == (0, 1)
+    assert choose_control_head(table.iloc[::-1], 2, 2) == (0, 1)  # not the table's order
+    assert choose_control_head(table[~((table["layer"] == 0) & (table["head"] == 1))], 2, 2) == (2, 0)
+
+
+def test_the_margin_is_a_ratio_of_means_with_a_bootstrap_interval_over_prompts():
+    """Three prompts by hand: head (0, 0) has IO 0.75, 0.25, 0.5 and S1 + S2 0.125, 0.25, 0.375: margin 0.5/0.25 = 2."""
+    io = torch.tensor([0.75, 0.25, 0.5], dtype=torch.float64)
+    s1 = torch.tensor([0.0625, 0.125, 0.1875], dtype=torch.float64)
+    attention = {"IO": torch.stack([io, torch.full((3,), 0.5, dtype=torch.float64)], -1)[:, None],  # [n, 1, 2]
+                 "S1": torch.stack([s1, torch.full((3,), 0.125, dtype=torch.float64)], -1)[:, None]}
+    attention["S2"] = attention["S1"].clone()
+    attribution = torch.tensor([[0.5, 0.5]])
+    table = margin_table(attention, attribution, resamples=500, seed=1)
+    first, second = table.iloc[0], table.iloc[1]
+    assert first.margin == pytest.approx(2.0) and first.name_mover  # 0.5 ≥ 0.2 and ≥ 2 × 0.25, at the bound
+    assert first.margin_low < 2.0 < first.margin_high
+    # oracle: the same draws by hand
+    draws = torch.randint(3, (500, 3), generator=torch.Generator().manual_seed(1))
+    ratios = sorted(float(io[d].mean() / (2 * s1[d]).mean()) for d in draws)
+    assert first.margin_low == pytest.approx(float(torch.quantile(torch.tensor(ratios), 0.025)))
+    assert first.margin_high == pytest.approx(float(torch.quantile(torch.tensor(ratios), 0.975)))
+    # every prompt alike: no spread, the interval is the point
+    assert second.margin == pytest.approx(2.0) and second.margin_low == pytest.approx(2.0) == second.margin_high
+    assert margin_table(attention, attribution, resamples=500, seed=1).equals(table)  # seeded
+
+
+@pytest.mark.parametrize("name", ["tiny-llama"])
+def test_end_attention_by_prompt_reads_the_pattern_hook_at_each_role(name):
+    model = cached_model(name, "fold_norm")
+    task = ioi_task(model, 4, seed=3)
+    by_prompt = end_attention_by_prompt(model, task)
+    with torch.no_grad():
+        _, cache = model.bridge.run_with_cache(task.clean, names_filter=["blocks.1.attn.hook_pattern"])
+    pattern = cache["blocks.1.attn.hook_pattern"]
+    for n in range(len(task)):
+        end = int(task.answer_pos[n])
+        io = int((task.clean[n, : end + 1] == task.correct[n]).nonzero()[0])
+        assert by_prompt["IO"][n, 1, 0] == pytest.approx(float(pattern[n, 0, end, io]))
+    torch.testing.assert_close(end_attention(model, task)["S2"], by_prompt["S2"].mean(0))

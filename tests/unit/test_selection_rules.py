@@ -51,20 +51,20 @@ def test_boxed_heads_are_wang_et_al_for_gpt2_and_the_top_attributions_otherwise(
     assert boxed_heads(SimpleNamespace(name="gpt2-small"), "gender", attribution)[0] == []
 
 
-def mover_table(movers):
-    """A name_mover_table of four heads; ``movers`` lists which of them meet the criterion."""
+def mover_table(candidates):
+    """A name_mover_table of four heads, sorted by attribution; ``candidates`` lists which of them are ones."""
     return pd.DataFrame(dict(layer=[7, 3, 2, 1], head=[1, 0, 2, 5], attribution=[3.0, 2.0, 1.0, -1.0],
-                             mask_mass=[10.0, 50.0, 20.0, 48.0], name_mover=movers))
+                             mask_mass=[10.0, 50.0, 20.0, 48.0], name_mover=[False] * 4, candidate=candidates))
 
 
-def test_the_case_study_head_is_the_parameter_then_paper_1s_head_then_the_name_mover_criterion():
+def test_the_case_study_head_is_the_parameter_then_paper_1s_head_then_the_top_candidate():
     model = SimpleNamespace(name="smollm2-135m", n_layers=30, n_heads=9)
-    table = mover_table([True, True, False, False])
+    table = mover_table([False, True, True, False])
     assert resolve_case_study_head(model, "3.4", table)[:2] == (3, 4)
-    assert resolve_case_study_head(model, None, table)[:2] == (3, 0)  # the name mover with the most mass
-    assert "name mover" in resolve_case_study_head(model, None, table)[2]
+    assert resolve_case_study_head(model, None, table)[:2] == (3, 0)  # the candidate of largest attribution
+    assert "candidate" in resolve_case_study_head(model, None, table)[2]
     nobody = resolve_case_study_head(model, None, mover_table([False] * 4))
-    assert nobody[:2] == (7, 1) and "NO head meets" in nobody[2]
+    assert nobody[:2] == (7, 1) and "NO head" in nobody[2]
     gpt2 = SimpleNamespace(name="gpt2-small", n_layers=12, n_heads=12)
     assert resolve_case_study_head(gpt2, None, table)[:2] == (9, 6)
     with pytest.raises(ValueError, match="layers 0–29"):
@@ -73,10 +73,24 @@ def test_the_case_study_head_is_the_parameter_then_paper_1s_head_then_the_name_m
         resolve_case_study_head(model, "nine", table)
 
 
-def test_the_studied_directions_have_the_largest_masks_and_never_a_null_ov_direction():
-    ov, qk = torch.tensor([0.9, 0.1, 0.99, 0.5]), torch.tensor([0.2, 0.8, 0.6])
-    null = torch.tensor([False, False, True, False])  # direction 2 writes nothing, whatever its mask
-    assert choose_directions(ov, qk, null, 2) == {"ov": [0, 3], "qk": [1, 2]}
+def test_the_studied_directions_have_the_largest_logits_and_never_a_null_ov_direction():
+    ov, qk = torch.tensor([0.9, 0.1, 3.0, 0.5]), torch.tensor([0.2, 0.8, 0.6])
+    null = torch.tensor([False, False, True, False])  # direction 2 writes nothing, whatever its logit
+    sigma_ov, sigma_qk = torch.tensor([4.0, 3.0, 0.0, 1.0]), torch.tensor([3.0, 2.0, 1.0])
+    assert choose_directions(ov, qk, null, sigma_ov, sigma_qk, 2) == {"ov": [0, 3], "qk": [1, 2]}
+
+
+def test_tied_logits_are_ordered_by_sigma_then_by_index_whatever_the_sort_would_do():
+    """Clamped masks tie; the logits can tie too (directions the loss never separates): σ decides, then the index."""
+    logits = torch.tensor([2.0, 5.0, 2.0, 2.0, 2.0, 5.0, 2.0, 2.0] * 4)  # 32 entries, many ties
+    sigma = torch.tensor([1.0, 1.0, 3.0, 3.0, 2.0, 1.0, 3.0, 0.5] * 4)
+    null = torch.zeros(32, dtype=torch.bool)
+    chosen = choose_directions(logits, logits, null, sigma, sigma, 12)
+    # logit 5: indices 1, 5, 9, 13, ... (all σ 1): by index; then logit 2 at σ 3: 2, 3, 6, 10, ...
+    assert chosen["ov"] == [1, 5, 9, 13, 17, 21, 25, 29, 2, 3, 6, 10]
+    assert chosen["qk"] == chosen["ov"]
+    null[2] = True
+    assert choose_directions(logits, logits, null, sigma, sigma, 9)["ov"] == [1, 5, 9, 13, 17, 21, 25, 29, 3]
 
 
 def test_receptors_are_fitted_on_one_half_and_scored_on_the_other():
