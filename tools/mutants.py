@@ -109,6 +109,16 @@ MUTANTS = [  # (file, original text, mutated text, tests to run, what the mutant
  ("helpers/tiled/corpus.py", '    return text.split("\\n\\n")', "    return python_docs_from_interpreter(dropped)", "tests/unit/test_corpus.py", "python-docs read from the interpreter's pydoc_data, not the pinned file"),
  ("helpers/tiled/corpus.py", "    if digest != PYTHON_DOCS_SHA256:", "    if False:", "tests/unit/test_corpus.py", "python-docs file not checked against its pinned sha256"),
  ("benchmarks/tiled_svd.py", 'mounts = min(RELEASED_MOUNTS, plan.sets["tile"].U.shape[1])', "mounts = RELEASED_MOUNTS", "tests/unit/test_benchmark_work.py", "work floor: released mounts not capped by the site's tiles"),
+ ("helpers/singular/references.py", "    return (log_p_full.exp() * (log_p_full - log_q)).sum(-1)", "    return (log_q.exp() * (log_q - log_p_full)).sum(-1)", "tests/unit/test_rule_boundaries.py", "KL(p_masked ‖ p_full) in place of KL(p_full ‖ p_masked)"),
+ ("helpers/singular/tasks.py", "        train, held_out = self.subset(order[:cut]), self.subset(order[cut:])", "        train, held_out = self.subset(order[:cut]), self.subset(order[cut - 1:])", "tests/unit/test_tasks.py", "held-out half shares one prompt with the training half"),
+ ("helpers/tiled/verdicts.py", 'lifts[-1] >= peak - t["last_within"]', 'lifts[-1] >= peak - 2 * t["last_within"]', "tests/unit/test_rule_boundaries.py", "B1's last-point tolerance doubled"),
+ ("helpers/singular/tasks.py", "    drawn = [rng.sample(pool, count) for pool, count in zip(pools, ((n + 1) // 2, n // 2))]", "    drawn = [[rng.choice(pool) for _ in range(count)] for pool, count in zip(pools, ((n + 1) // 2, n // 2))]", "tests/unit/test_tasks.py", "gender prompts drawn with replacement (repeats)"),
+ ("helpers/singular/tasks.py", "        if text in clean:", "        if False:", "tests/unit/test_tasks.py", "greater-than keeps a repeated draw"),
+ ("helpers/singular/heads.py", "        by_sigma = usable[torch.sort(sigma[usable].double(), descending=True, stable=True).indices]", "        by_sigma = usable", "tests/unit/test_selection_rules.py", "studied directions: tied logits not ordered by σ"),
+ ("helpers/singular/heads.py", "candidate=bool(io > s and dla > 0)", "candidate=bool(io >= s and dla > 0)", "tests/unit/test_heads.py", "a head attending IO and S equally counts as a candidate"),
+ ("helpers/singular/heads.py", "    ratios = io[draws].mean(1) / s[draws].mean(1)", "    ratios = (io[draws] / s[draws]).mean(1)", "tests/unit/test_heads.py", "bootstrap of the mean ratio, not of the ratio of means"),
+ ("helpers/singular/heads.py", 'keyed.sort_values(["distance", "size", "layer", "head"], kind="stable")', 'keyed.sort_values(["distance"], kind="stable")', "tests/unit/test_heads.py", "control head: equal mask masses taken in table order"),
+ ("helpers/singular/heads.py", '    return pool.sort_values(["attribution", "layer", "head"], ascending=[False, True, True], kind="stable",', '    return pool.sort_values(["attribution"], ascending=[False],', "tests/unit/test_heads.py", "candidates of equal DLA in table order"),
 ]
 
 

@@ -199,10 +199,10 @@ def gender_task(model, n: int, seed: int = 0) -> Task:
     female, dropped_f = single_token_words(tok, GENDER_NAMES_FEMALE)
     he, she = token_id(tok, " he"), token_id(tok, " she")
     pools = [[(t, name) for t in GENDER_TEMPLATES for name in names] for names in (male, female)]
-    smaller = min(len(pool) for pool in pools)
-    check_enough_prompts("gender", n, 2 * smaller if n % 2 == 0 else 2 * smaller - 1,
+    n_male, n_female = (len(pool) for pool in pools)  # prompts i = 0, 2, 4, … name a man: ⌈n/2⌉ men, ⌊n/2⌋ women
+    check_enough_prompts("gender", n, 2 * n_male if n_male <= n_female else 2 * n_female + 1,
                          f"{len(GENDER_TEMPLATES)} templates × {len(male)} male and {len(female)} female single-token "
-                         f"names, half of the prompts of each gender")
+                         f"names, alternately a man and a woman")
     drawn = [rng.sample(pool, count) for pool, count in zip(pools, ((n + 1) // 2, n // 2))]
     clean, corrupt, correct, wrong = [], [], [], []
     for i in range(n):

@@ -129,3 +129,61 @@ def test_ioi_positions_point_at_each_role():
 def test_ioi_positions_refuse_other_tasks():
     with pytest.raises(ValueError, match="needs the IOI task"):
         ioi_positions(gender_task(TOKENIZER, 4))
+
+
+@pytest.mark.parametrize("make", [ioi_task, gender_task, greater_than_task])
+def test_train_and_held_out_halves_share_no_prompt_and_together_hold_every_prompt(make):
+    task = make(TOKENIZER, 64, seed=4)
+    assert len(set(task.prompts)) == len(task)  # the generators draw distinct prompts
+    train, held_out = task.split(0.5, seed=4)
+    assert not set(train.prompts) & set(held_out.prompts)
+    assert sorted(train.prompts + held_out.prompts) == sorted(task.prompts) and len(train) == len(held_out) == 32
+
+
+def test_a_task_with_repeated_prompts_is_split_on_its_distinct_prompts():
+    task = gender_task(TOKENIZER, 10, seed=0)
+    repeated = task.subset([0, 1, 2, 0, 3, 1, 4, 5, 6, 7])  # prompts 0 and 1 twice
+    train, held_out = repeated.split(0.5, seed=0)
+    assert len(train) + len(held_out) == 8 and not set(train.prompts) & set(held_out.prompts)
+    assert sorted(train.prompts + held_out.prompts) == sorted(task.prompts[:8])
+
+
+def test_gender_offers_every_template_and_name_pair_once_and_refuses_one_prompt_more():
+    from helpers.singular.tasks import GENDER_NAMES_FEMALE, GENDER_NAMES_MALE, GENDER_TEMPLATES
+
+    assert len(GENDER_TEMPLATES) >= 10
+    male = len(single_token_words(TOKENIZER.tokenizer, GENDER_NAMES_MALE)[0]) * len(GENDER_TEMPLATES)
+    female = len(single_token_words(TOKENIZER.tokenizer, GENDER_NAMES_FEMALE)[0]) * len(GENDER_TEMPLATES)
+    most = 2 * male if male <= female else 2 * female + 1  # alternately a man and a woman
+    assert most >= 4 * 192
+    task = gender_task(TOKENIZER, most, seed=0)
+    assert len(set(task.prompts)) == most
+    with pytest.raises(ValueError, match=f"{most + 1} prompts asked for, but only {most} distinct prompts exist"):
+        gender_task(TOKENIZER, most + 1, seed=0)
+
+
+def test_greater_than_refuses_more_prompts_than_its_nouns_centuries_and_years_make():
+    from helpers.singular.tasks import NOUNS_DURATION
+
+    most = len(single_token_words(TOKENIZER.tokenizer, NOUNS_DURATION)[0]) * 7 * 97
+    with pytest.raises(ValueError, match=f"only {most} distinct prompts exist"):
+        greater_than_task(TOKENIZER, most + 1, seed=0)
+
+
+def test_the_ioi_replication_set_shares_no_template_and_no_name_with_the_main_prompts():
+    from helpers.singular.tasks import IOI_REPLICATION_TEMPLATES, IOI_TEMPLATES, MORE_NAMES_FEMALE, MORE_NAMES_MALE, NAMES_FEMALE, NAMES_MALE, ioi_replication_task
+
+    assert not set(IOI_REPLICATION_TEMPLATES) & set(IOI_TEMPLATES)
+    assert not set(MORE_NAMES_MALE + MORE_NAMES_FEMALE) & set(NAMES_MALE + NAMES_FEMALE)
+    task = ioi_replication_task(TOKENIZER, 24, seed=0)
+    decode = TOKENIZER.tokenizer.decode
+    for i, prompt in enumerate(task.prompts):
+        assert decode([int(task.correct[i])]).strip() in MORE_NAMES_MALE + MORE_NAMES_FEMALE
+        assert not set(prompt.replace(",", " ").replace(".", " ").split()) & set(NAMES_MALE + NAMES_FEMALE)
+    assert ioi_positions(task)["S2"].gt(ioi_positions(task)["S1"]).all()  # IO once, S twice, as in the main set
+
+
+def test_greater_than_draws_again_when_a_prompt_repeats():
+    """2,000 of its 6,790 prompts: without the redraw about 250 would repeat an earlier one."""
+    task = greater_than_task(TOKENIZER, 2000, seed=0)
+    assert len(set(task.prompts)) == 2000 and task.dropped["repeated_draws"] > 100
