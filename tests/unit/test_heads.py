@@ -179,8 +179,8 @@ def test_candidates_attend_io_strictly_over_s_with_a_positive_attribution_and_eq
                         (2, 2, 0.50, 0.10, 0.5, 9),  # the same DLA as (0, 1): (0, 1) first
                         (1, 1, 0.40, 0.10, 0.7, 9)])
     assert [(r.layer, r.head) for r in candidate_ranking(table).itertuples()] == [(1, 1), (0, 1), (2, 2)]
-    shuffled = table.sample(frac=1.0, random_state=3)
-    assert candidate_ranking(shuffled)[["layer", "head"]].values.tolist() == [[1, 1], [0, 1], [2, 2]]
+    for reordered in (table.iloc[::-1], table.sample(frac=1.0, random_state=3)):  # not the table's order
+        assert candidate_ranking(reordered)[["layer", "head"]].values.tolist() == [[1, 1], [0, 1], [2, 2]]
 
 
 def test_the_control_head_among_equally_close_masses_is_the_smallest_attribution_then_the_lower_head():
@@ -228,3 +228,18 @@ def test_end_attention_by_prompt_reads_the_pattern_hook_at_each_role(name):
         io = int((task.clean[n, : end + 1] == task.correct[n]).nonzero()[0])
         assert by_prompt["IO"][n, 1, 0] == pytest.approx(float(pattern[n, 0, end, io]))
     torch.testing.assert_close(end_attention(model, task)["S2"], by_prompt["S2"].mean(0))
+
+
+def test_the_margins_interval_is_the_bootstrap_of_the_ratio_of_means():
+    """Eight prompts of varied attention: the interval's ends equal a loop over the same draws that takes
+    the ratio of the resampled means (not the mean of per-prompt ratios, which differs here)."""
+    io = torch.tensor([0.9, 0.1, 0.5, 0.3, 0.7, 0.2, 0.6, 0.4], dtype=torch.float64)
+    s = torch.tensor([0.05, 0.4, 0.1, 0.3, 0.2, 0.1, 0.05, 0.2], dtype=torch.float64)
+    attention = {"IO": io[:, None, None], "S1": s[:, None, None] / 2, "S2": s[:, None, None] / 2}
+    row = margin_table(attention, torch.ones(1, 1), resamples=400, seed=2).iloc[0]
+    draws = torch.randint(8, (400, 8), generator=torch.Generator().manual_seed(2))
+    of_means = torch.tensor([float(io[d].mean() / s[d].mean()) for d in draws], dtype=torch.float64)
+    of_ratios = torch.tensor([float((io[d] / s[d]).mean()) for d in draws], dtype=torch.float64)
+    assert row.margin_low == pytest.approx(float(torch.quantile(of_means, 0.025)), rel=1e-12)
+    assert row.margin_high == pytest.approx(float(torch.quantile(of_means, 0.975)), rel=1e-12)
+    assert abs(row.margin_high - float(torch.quantile(of_ratios, 0.975))) > 0.1
