@@ -118,6 +118,7 @@ MUTANTS = [  # (file, original text, mutated text, tests to run, what the mutant
  ("helpers/singular/heads.py", "candidate=bool(io > s and dla > 0)", "candidate=bool(io >= s and dla > 0)", "tests/unit/test_heads.py", "a head attending IO and S equally counts as a candidate"),
  ("helpers/singular/heads.py", "    ratios = io[draws].mean(1) / s[draws].mean(1)", "    ratios = (io[draws] / s[draws]).mean(1)", "tests/unit/test_heads.py", "bootstrap of the mean ratio, not of the ratio of means"),
  ("helpers/singular/heads.py", 'keyed.sort_values(["distance", "size", "layer", "head"], kind="stable")', 'keyed.sort_values(["distance"], kind="stable")', "tests/unit/test_heads.py", "control head: equal mask masses taken in table order"),
+ ("helpers/singular/circuits.py", '    return None if ok.empty else ok.sort_values(["kept", "kl"], kind="stable")', '    return None if ok.empty else ok.sort_values("kept")', "tests/unit/test_rule_boundaries.py", "reported circuit: of two equal sizes, the first listed, not the lower KL"),
  ("helpers/singular/heads.py", '    return pool.sort_values(["attribution", "layer", "head"], ascending=[False, True, True], kind="stable",', '    return pool.sort_values(["attribution"], ascending=[False],', "tests/unit/test_heads.py", "candidates of equal DLA in table order"),
 ]
 

@@ -205,7 +205,7 @@ def point_at_kl(curve: pd.DataFrame, kl: float = PAPER_KL) -> dict | None:
     """The sparsest evaluated circuit (of a curve or an α sweep) with held-out KL ≤ ``kl``; None if none
     reaches it. Keeping every direction is the full model, not a circuit: it never counts."""
     ok = curve[(curve["kl"] <= kl) & (curve["kept_fraction"] < 1)]
-    return None if ok.empty else ok.sort_values("kept").iloc[0].to_dict()
+    return None if ok.empty else ok.sort_values(["kept", "kl"], kind="stable").iloc[0].to_dict()  # equal counts: lower KL
 
 
 def per_head(values_of, n_layers: int) -> torch.Tensor:

@@ -225,7 +225,7 @@ def _matched_controls(spectra: torch.Tensor, layer: int, head: int, direction: i
     distance[layer, head] = float("inf")
     distance[S <= S.amax((-1,), keepdim=True) * 1e-9] = float("inf")
     flat = distance.reshape(-1)
-    nearest = flat.argsort()[:pool]
+    nearest = torch.sort(flat, stable=True).indices[:pool]  # equal distances: the earlier (layer, head, direction)
     nearest = nearest[torch.isfinite(flat[nearest])]
     picked = nearest[torch.randperm(len(nearest), generator=generator)[:n]]
     L, H, R = S.shape

@@ -243,3 +243,9 @@ def test_the_margins_interval_is_the_bootstrap_of_the_ratio_of_means():
     assert row.margin_low == pytest.approx(float(torch.quantile(of_means, 0.025)), rel=1e-12)
     assert row.margin_high == pytest.approx(float(torch.quantile(of_means, 0.975)), rel=1e-12)
     assert abs(row.margin_high - float(torch.quantile(of_ratios, 0.975))) > 0.1
+
+
+def test_matched_controls_of_equal_distance_are_taken_in_index_order():
+    S = torch.tensor([[[2.0, 1.0], [1.0, 1.0]], [[1.0, 1.0], [1.0, 5.0]]])  # five other directions at σ = 1
+    picked = _matched_controls(S, 0, 0, 1, n=3, pool=3, generator=torch.Generator().manual_seed(0))
+    assert sorted(picked) == [(0, 1, 0), (0, 1, 1), (1, 0, 0)]  # the first three of the five in (layer, head, k) order

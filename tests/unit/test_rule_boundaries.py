@@ -44,6 +44,12 @@ def test_the_reported_circuit_is_within_kl_0_21_inclusive_and_never_keeps_everyt
     assert point_at_kl(curve.assign(kl=[0.5, 0.5, 0.5, 0.0]), 0.21) is None  # only the full model reaches it
 
 
+def test_circuits_of_equal_size_are_reported_by_the_lower_kl():
+    curve = pd.DataFrame({"kept": [20, 20, 30], "kl": [0.2, 0.1, 0.05], "kept_fraction": [0.2, 0.2, 0.3]})
+    assert point_at_kl(curve, 0.21)["kl"] == 0.1
+    assert point_at_kl(curve.iloc[::-1], 0.21)["kl"] == 0.1
+
+
 def test_kept_is_a_mask_above_one_half_and_the_papers_active_rule_is_at_least_1e_3():
     values = torch.tensor([[0.5, 0.5 + EPS, 1e-3, 1e-3 - EPS]])
     masks = SimpleNamespace(eval_values=lambda: {"0_ov": values})
