@@ -11,6 +11,7 @@ import torch
 from helpers.singular.circuits import point_at_kl
 from helpers.singular.heads import subfunction_evidence
 from helpers.singular.masks import FixedMasks
+from helpers.singular.receptors import find_receptors, receptor_statistics
 from helpers.singular.references import kl_to_full
 from helpers.tiled.thresholds import load_thresholds
 from helpers.tiled.verdicts import rule_a, rule_b1, rule_c1
@@ -135,3 +136,18 @@ def test_the_workshop_circuit_ratio_at_its_bound():
                                 dict(alpha=2.0, kl=0.1, random_kl=ratio * 0.1 - EPS, kept_fraction=0.5 + EPS)])
     rows = circuit_rows("run", summary)
     assert [r["passed"] for r in rows] == [True, False, False]  # the heaviest α keeps just over half
+
+
+# --- paper 1: logit receptors ------------------------------------------------------------------------------------
+
+def test_a_receptor_needs_separation_at_least_the_minimum_and_a_strictly_positive_score():
+    """Two directions of one head on four prompts: direction 0 separates the classes and writes toward the
+    right answer; direction 1 separates them just as well but its footprint is 0 (score exactly 0)."""
+    is_a = torch.tensor([True, True, False, False])
+    coefficients = torch.tensor([[1.0, 1.0], [3.0, 3.0], [-1.0, -1.0], [1.0, 1.0]]).reshape(4, 1, 1, 2)
+    footprint = torch.tensor([1.0, 0.0]).reshape(1, 1, 2)
+    d = float(receptor_statistics(coefficients, footprint, is_a)["separation"][0, 0, 0])
+    assert d == pytest.approx(2 / math.sqrt(2))  # class means 2 and 0, each variance 2
+    at = find_receptors(coefficients, footprint, is_a, min_separation=d)
+    assert at["direction"].tolist() == [0]  # d' equal to the minimum counts; a score of 0 does not
+    assert find_receptors(coefficients, footprint, is_a, min_separation=math.nextafter(d, 2.0)).empty
