@@ -27,7 +27,7 @@ def test_masking_needs_prompts_on_both_sides_of_its_split(tmp_path, monkeypatch)
     for n in (0, 1):
         with pytest.raises(ValueError, match=f"n_prompts={n}: expected an integer ≥ 2 .*held out"):
             masking_run(masked, "ioi", n, AblationRule.uniform(), TrainConfig(steps=1), progress=False)
-    with pytest.raises(ValueError, match="splitting 1 gender prompts.*one part empty"):
+    with pytest.raises(ValueError, match="splitting 1 distinct gender prompts.*one part empty"):
         make_task("gender", TOKENIZER, 1).split(0.5)
 
 
