@@ -121,7 +121,7 @@ MUTANTS = [  # (file, original text, mutated text, tests to run, what the mutant
  ("helpers/singular/receptors.py", '    eligible = (stats["separation"] >= min_separation) & (stats["score"] > 0)', '    eligible = (stats["separation"] > min_separation) & (stats["score"] > 0)', "tests/unit/test_rule_boundaries.py", "receptor separation strictly above the minimum"),
  ("helpers/singular/receptors.py", '    eligible = (stats["separation"] >= min_separation) & (stats["score"] > 0)', '    eligible = (stats["separation"] >= min_separation) & (stats["score"] >= 0)', "tests/unit/test_rule_boundaries.py", "a receptor of score 0 (writes nothing on the contrast) accepted"),
  ("helpers/singular/circuits.py", '    return None if ok.empty else ok.sort_values(["kept", "kl"], kind="stable")', '    return None if ok.empty else ok.sort_values("kept")', "tests/unit/test_rule_boundaries.py", "reported circuit: of two equal sizes, the first listed, not the lower KL"),
- ("helpers/singular/heads.py", '    return pool.sort_values(["attribution", "layer", "head"], ascending=[False, True, True], kind="stable",', '    return pool.sort_values(["attribution"], ascending=[False],', "tests/unit/test_heads.py", "candidates of equal DLA in table order"),
+ ("helpers/singular/heads.py", '    return table.sort_values(["attribution", "layer", "head"], ascending=[False, True, True], kind="stable",', '    return table.sort_values(["attribution"], ascending=[False],', "tests/unit/test_heads.py", "candidates of equal DLA in table order"),
 ]
 
 

@@ -85,11 +85,15 @@ CANDIDATE_RANKING = ("among heads whose END attention to IO exceeds their attent
 It needs no threshold, so a head cannot drop out of it by a hair on one prompt set."""
 
 
+def by_attribution(table: pd.DataFrame) -> pd.DataFrame:
+    """Heads by DLA, largest first; equal DLAs: the lower layer, then the lower head (whatever the table's order)."""
+    return table.sort_values(["attribution", "layer", "head"], ascending=[False, True, True], kind="stable",
+                             ignore_index=True)
+
+
 def candidate_ranking(table: pd.DataFrame) -> pd.DataFrame:
     """The candidates of ``name_mover_table`` (``CANDIDATE_RANKING``), best first."""
-    pool = table[table["candidate"]]
-    return pool.sort_values(["attribution", "layer", "head"], ascending=[False, True, True], kind="stable",
-                            ignore_index=True)
+    return by_attribution(table[table["candidate"]])
 
 
 def choose_control_head(table: pd.DataFrame, layer: int, head: int) -> tuple[int, int]:
@@ -322,7 +326,7 @@ def resolve_case_study_head(model, given, table: pd.DataFrame) -> tuple[int, int
     if not ranked.empty:
         best = ranked.iloc[0]
         return int(best["layer"]), int(best["head"]), f"the top candidate: {CANDIDATE_RANKING}"
-    best = table.sort_values(["attribution", "layer", "head"], ascending=[False, True, True], kind="stable").iloc[0]
+    best = by_attribution(table).iloc[0]
     return (int(best["layer"]), int(best["head"]),
             "NO head attends IO over S with a positive attribution to IO − S: this is the head of largest direct "
             "logit attribution to IO − S, not a name-mover candidate")
