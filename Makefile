@@ -5,12 +5,20 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# The browser test's packages, apart from .venv (they change no number; see tests/browser/conftest.py).
+# It drives Debian's chromium (apt-get install chromium), whose major version Playwright 1.62's is next to.
+BROWSER_DEPS := .browser-deps
+BROWSER_STAMP := $(BROWSER_DEPS)/.installed
 FAST   ?=
 PROFILE ?=
 
 .PHONY: env figures evaluations test test-fast benchmark clean-figures
 
 env: $(STAMP)
+
+$(BROWSER_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet --target $(BROWSER_DEPS) playwright==1.62.0 greenlet==3.5.6 pyee==13.0.1 typing_extensions==4.16.0
+	touch $(BROWSER_STAMP)
 
 $(STAMP): requirements.txt requirements.lock pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,15 +33,15 @@ $(STAMP): requirements.txt requirements.lock pyproject.toml
 # PROFILE=workshop for the workshop sizes, into figures-workshop/).
 figures: $(STAMP)
 	$(BIN)/python -m helpers.pipeline $(if $(FAST),--fast) $(if $(PROFILE),--profile $(PROFILE))
-	$(if $(FAST)$(PROFILE),,$(BIN)/python -m helpers.reproduction)  # the README's "Does it reproduce?" table
+	$(if $(FAST)$(PROFILE),,$(BIN)/python -m helpers.reproduction)  # RESULTS.md, the README's verdicts, summary figures
 	$(if $(filter workshop,$(PROFILE)),$(BIN)/python -m helpers.workshop)  # what its sizes must still show
 
 # Score every committed circuit file with the pinned evaluator (reports in figures/evaluations/).
 evaluations: $(STAMP)
 	$(BIN)/python -m helpers.evaluations
 
-# All tests, the slow real-model ones included (they run in CI).
-test: $(STAMP)
+# All tests, the slow real-model ones and the browser test included (they run in CI).
+test: $(STAMP) $(BROWSER_STAMP)
 	$(BIN)/python -m pytest
 
 # Tiny synthetic models only (seconds).

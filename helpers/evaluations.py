@@ -96,26 +96,55 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(lines + ["| " + " | ".join(str(row[c]) for c in columns) + " |" for row in rows]) + "\n"
 
 
+TASK_ORDER = ("ioi", "gender", "greater_than")  # the table's order: paper 1's headline task first
+
+
+def fixed(value: float, digits: int) -> str:
+    """``value`` with ``digits`` decimals, never a negative zero."""
+    return f"{round(value, digits) + 0.0:.{digits}f}"
+
+
+def wilson(successes: float, n: int, z: float = 1.959964) -> tuple[float, float]:
+    """The 95 % Wilson score interval of a proportion (it stays inside [0, 1], also at 0 or n successes)."""
+    if n == 0:
+        return 0.0, 1.0
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * ((p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def _task_rank(report: dict) -> tuple:
+    task = report.get("task") or report["label"].split("-")[0]
+    return (TASK_ORDER.index(task) if task in TASK_ORDER else len(TASK_ORDER), task)
+
+
 def table(reports: list[dict], not_current: list[str] = ()) -> str:
-    """One Markdown line per circuit: kept share (from the counts, not the rounded fraction), KL against the
-    same-count random control, and CPR/CMD against random rankings on both axes."""
+    """One Markdown line per circuit, IOI first: kept share (from the counts, not the rounded fraction), KL
+    against the same-count random control, accuracy with its 95 % interval over the prompts, and CPR/CMD
+    against random rankings on both axes."""
     rows = []
-    for r in reports:
+    for r in sorted(reports, key=_task_rank):  # stable: each task's circuits keep their order
         areas = {a["ranking"].split(" ")[0]: a for a in r["areas"]}
         c = r["circuit"]
         total = next(point["kept"] for point in r["curve"] if point["percent"] == 100)  # C_100 keeps every direction
+        low, high = wilson(round(c["accuracy"] * r["n_prompts"]), r["n_prompts"])
         rows.append({
             "circuit": r["label"], "kept %": f"{100 * c['kept'] / total:.1f}", "prompts": r["n_prompts"],
-            "KL (random)": f"{c['kl']:.3f} ({c['random_kl']:.3f})",
-            "accuracy (random)": f"{c['accuracy']:.2f} ({c['random_accuracy']:.2f})",
-            "CPR linear (random)": f"{areas['circuit']['cpr_linear']:.3f} ({areas['random']['cpr_linear']:.3f})",
-            "CPR log (random)": f"{areas['circuit']['cpr_log']:.3f} ({areas['random']['cpr_log']:.3f})",
-            "CMD linear (random)": f"{areas['circuit']['cmd_linear']:.3f} ({areas['random']['cmd_linear']:.3f})",
-            "CMD log (random)": f"{areas['circuit']['cmd_log']:.3f} ({areas['random']['cmd_log']:.3f})",
+            "KL (random)": f"{fixed(c['kl'], 3)} ({fixed(c['random_kl'], 3)})",
+            "accuracy [95 % CI] (random)": f"{fixed(c['accuracy'], 2)} [{fixed(low, 2)}–{fixed(high, 2)}] "
+                                           f"({fixed(c['random_accuracy'], 2)})",
+            **{f"{name} {axis} (random)": f"{fixed(areas['circuit'][key], 3)} ({fixed(areas['random'][key], 3)})"
+               for name, axis, key in (("CPR", "linear", "cpr_linear"), ("CPR", "log", "cpr_log"),
+                                       ("CMD", "linear", "cmd_linear"), ("CMD", "log", "cmd_log"))},
         })
     header = ("Written by `python -m helpers.evaluations`: each committed circuit file scored by `python -m "
               "helpers.evaluate` on fresh prompts (seed = training seed + 1, the run's own prompts removed), "
-              "ranking signed. Faithfulness is over directions, not edges: not comparable with MIB's leaderboard.\n\n")
+              "ranking signed. Faithfulness is over directions, not edges: not comparable with MIB's leaderboard. "
+              "CPR is the area under f(k), the share of the full model's metric that the top k directions of "
+              "the ranking recover; it exceeds 1 when some of those partial circuits beat the full model on the "
+              "metric. A circuit that keeps 100 % has KL 0 and its random control is the full model too: its "
+              "row says nothing about sparsity. RESULTS.md names each task's headline circuit.\n\n")
     missing = "".join(f"\nNot current, so not listed: {why}\n" for why in not_current)
     return header + markdown(rows) + missing
 

@@ -410,10 +410,15 @@ def mark_profile(summary_file: Path, executed: Path, profile: str) -> None:
     nbformat.write(notebook, executed)
 
 
+PROGRESS_BAR = re.compile(r"^[^\n]*\d+%\|[^\n]*\| *\d+/\d+ \[[^\n]*\]\s*$")
+"""The text form of a tqdm bar: "faithfulness curve:   0%|          | 0/12 [00:00<?, ?it/s]"."""
+
+
 def write_readable_copy(executed: Path, target: Path, replacements: dict[str, str]) -> Path:
     """The executed notebook as a reader should see it, with what it printed, its tables and its figures,
-    but nothing that changes from one identical run to the next: progress bars and widget views (their
-    text form is kept), papermill's timings, and this machine's paths (``replacements``: old → new)."""
+    but nothing that changes from one identical run to the next or means nothing once the run is over:
+    progress bars and widget views (with their text forms), papermill's timings, and this machine's paths
+    (``replacements``: old → new). Applied to a readable copy, it leaves it as it is."""
     notebook = json.loads(Path(executed).read_text())
     notebook["metadata"].pop("papermill", None)
     notebook["metadata"].pop("widgets", None)
@@ -431,10 +436,9 @@ def write_readable_copy(executed: Path, target: Path, replacements: dict[str, st
                 if "\r" in text or "it/s]" in text or "s/it]" in text:  # tqdm's bars
                     continue
             data = output.get("data")
-            if data is not None:
-                data.pop("application/vnd.jupyter.widget-view+json", None)
-                if not data:
-                    continue
+            if data is not None and ("application/vnd.jupyter.widget-view+json" in data or
+                                     set(data) == {"text/plain"} and PROGRESS_BAR.match("".join(data["text/plain"]))):
+                continue  # a widget (a tqdm bar): its text form is its state when the run ended, e.g. "0%| | 0/272"
             outputs.append(output)
         cell["outputs"] = outputs
     text = json.dumps(notebook, indent=1, ensure_ascii=False, sort_keys=True) + "\n"

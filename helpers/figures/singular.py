@@ -32,17 +32,26 @@ def plot_spectra(spectra, floors=None):
     return fig
 
 
-def plot_training(history):
-    """KL and the fraction of masks above 0.5 against the optimiser step."""
+def plot_training(history, lookback: int = 100):
+    """KL (log axis) and the % of masks above 0.5 (linear axis) against the optimiser step; the right panel
+    says how far the kept share fell over the last ``lookback`` steps, so that a training still pruning at
+    its last step shows as such."""
     import matplotlib.pyplot as plt
 
-    fig, (a, b) = plt.subplots(1, 2, figsize=(8, 2.8))
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 3.4))
     a.plot(history["step"], history["kl"])
     a.set_yscale("log")
-    a.set(xlabel="step", ylabel="KL(full ‖ masked), training batch")
-    b.plot(history["step"], history["kept_fraction_at_half"])
-    b.set_yscale("log")
-    b.set(xlabel="step", ylabel="fraction of masks > 0.5")
+    a.set(xlabel="step", ylabel="KL(full ‖ masked)\ntraining batch")
+    kept = 100 * history["kept_fraction_at_half"]
+    b.plot(history["step"], kept)
+    b.set(xlabel="step", ylabel="% of masks > 0.5")
+    last, steps = float(kept.iloc[-1]), history["step"]
+    earlier = history[steps <= steps.iloc[-1] - lookback]
+    if len(earlier):
+        before = 100 * float(earlier["kept_fraction_at_half"].iloc[-1])
+        b.set_title(f"{before:.1f} % → {last:.1f} % over the last {int(steps.iloc[-1] - earlier['step'].iloc[-1])} steps",
+                    fontsize=9)
+    fig.tight_layout()
     return fig
 
 
@@ -100,15 +109,20 @@ def plot_faithfulness_by_percent(curves):
     return fig
 
 
-def plot_head_heatmap(values, title: str, label: str, marked=None):
-    """A layer × head heatmap; ``marked`` heads [(layer, head), ...] get a box."""
+def plot_head_heatmap(values, title: str, label: str, marked=None, marked_label: str | None = None):
+    """A layer × head heatmap; ``marked`` heads [(layer, head), ...] get a box, named ``marked_label`` in
+    the legend."""
     import matplotlib.pyplot as plt
     import seaborn as sns
 
-    fig, ax = plt.subplots(figsize=(0.45 * values.shape[1] + 2, 0.25 * values.shape[0] + 1.2))
+    fig, ax = plt.subplots(figsize=(0.45 * values.shape[1] + 2.4, 0.25 * values.shape[0] + 1.4))
     sns.heatmap(values, ax=ax, cmap="viridis", cbar_kws={"label": label})
     for layer, head in marked or []:
         ax.add_patch(plt.Rectangle((head, layer), 1, 1, fill=False, edgecolor="red", lw=1.5))
+    if marked:
+        box = plt.Rectangle((0, 0), 1, 1, fill=False, edgecolor="red", lw=1.5)
+        fig.legend([box], [f"boxed: {marked_label or 'marked heads'}"], loc="upper center", bbox_to_anchor=(0.5, 0.0),
+                   fontsize=9, frameon=False)
     ax.set(xlabel="head", ylabel="layer", title=title)
     return fig
 
@@ -145,24 +159,32 @@ def plot_ablation_effects(effects, metric_label: str):
     return fig
 
 
-def plot_dose_response(table):
-    """% flipped, accuracy and logit diff vs scale s, receptor intervention vs equal-norm random, per site."""
+def plot_dose_response(table, title: str):
+    """% flipped, accuracy and logit diff vs scale s (log axis, only the doses that were run, no line drawn
+    from the unsteered model), receptor intervention vs equal-norm random, per site; the unsteered model as a
+    dotted line."""
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(11, 3))
-    for site, style in (("direct", "-"), ("layer", "--")):
-        for intervention, marker in (("receptors", "o"), ("random", "s")):
-            part = table[(table["site"] == site) & (table["intervention"].isin([intervention, "none"]))]
-            mean = part.groupby("scale")[["flipped", "accuracy", "logit_diff"]].mean()
-            label = f"{intervention}, {'direct path' if site == 'direct' else 'at the head’s layer'}"
-            for ax, column in zip(axes, mean.columns):
-                ax.plot(mean.index, mean[column], style, marker=marker, label=label)
-    axes[0].set(ylabel="% flipped (of prompts right before)")
-    axes[1].set(ylabel="accuracy", ylim=(0, 1.02))
-    axes[2].set(ylabel="logit diff correct − wrong")
-    for ax in axes:
-        ax.set(xlabel="scale s")
-    axes[0].legend(fontsize=7)
+    columns = ("flipped", "accuracy", "logit_diff")
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4.2))
+    baseline = table[table["intervention"] == "none"][list(columns)].mean()
+    for colour, intervention in (("C0", "receptors"), ("C3", "random")):
+        for site, style in (("direct", "-"), ("layer", "--")):
+            part = table[(table["site"] == site) & (table["intervention"] == intervention)]
+            mean = part.groupby("scale")[list(columns)].mean()
+            label = f"{'receptors' if intervention == 'receptors' else 'random, equal norm'}, " \
+                    f"{'direct path' if site == 'direct' else 'full forward'}"
+            for ax, column in zip(axes, columns):
+                ax.plot(mean.index, mean[column], style, marker="o", color=colour, label=label)
+    for ax, column, ylabel in zip(axes, columns, ("% flipped (of prompts right before)", "accuracy",
+                                                  "logit diff correct − wrong")):
+        if column in baseline and baseline[column] == baseline[column]:
+            ax.axhline(baseline[column], color="0.4", ls=":", lw=1.2, label="not steered")
+        ax.set(xlabel="scale s (× the change to the other class's mean)", ylabel=ylabel, xscale="log")
+    axes[1].set_ylim(0, 1.02)
+    axes[0].legend(fontsize=8)
+    fig.suptitle(title, y=1.02)
+    fig.tight_layout()
     return fig
 
 

@@ -14,12 +14,26 @@ STYLE = {
 }
 
 
+def table_number(value: float) -> str:
+    """How a notebook's tables print a float: 4 significant digits, thousands grouped from 10⁴ on, whole
+    numbers without ".0", and never a negative zero."""
+    value = value + 0.0  # -0.0 → 0.0
+    if value == 0:
+        return "0"
+    if abs(value) >= 1e4:
+        return f"{value:,.0f}"
+    return f"{value:.4g}"
+
+
 def use_style() -> None:
-    """Apply the shared style (seaborn's colour palette on top of matplotlib defaults)."""
+    """Apply the shared style: seaborn's colour palette on top of matplotlib defaults, and ``table_number``
+    for every float pandas displays."""
+    import pandas as pd
     import seaborn as sns
 
     sns.set_palette("colorblind")
     matplotlib.rcParams.update(STYLE)
+    pd.set_option("display.float_format", table_number)
 
 
 def save_figure(fig, out_dir: str | Path, name: str) -> Path:

@@ -64,9 +64,30 @@ def test_table_pairs_each_number_with_its_random_control():
                   areas=[area("circuit (signed)", 0.7), area("random (mean of 3)", 0.2)])
     line = evaluations.table([report], ["y is stale"]).splitlines()
     row = next(l for l in line if l.startswith("| x |"))
-    assert row == ("| x | 11.1 | 90 | 0.100 (1.500) | 0.90 (0.20) | 0.700 (0.200) | 0.070 (0.020) | 0.300 (0.800) "
-                   "| 0.930 (0.980) |")
+    assert row == ("| x | 11.1 | 90 | 0.100 (1.500) | 0.90 [0.82–0.95] (0.20) | 0.700 (0.200) | 0.070 (0.020) "
+                   "| 0.300 (0.800) | 0.930 (0.980) |")
     assert line[-1] == "Not current, so not listed: y is stale"
+    zero = dict(report, label="z", circuit=dict(report["circuit"], kl=-0.0000071, random_kl=-0.0004))
+    assert "| -0.000" not in evaluations.table([zero]) and "| 0.000 (0.000) |" in evaluations.table([zero])
+
+
+def test_the_table_lists_ioi_first_then_gender_then_greater_than():
+    area = lambda name: dict(ranking=name, cpr_linear=0.5, cpr_log=0.1, cmd_linear=0.5, cmd_log=0.9)
+    reports = [dict(label=label, task=label.split("-")[0], n_prompts=10,
+                    circuit=dict(kept=1, kl=0.1, random_kl=1.0, accuracy=0.5, random_accuracy=0.1),
+                    curve=[dict(percent=100, kept=10)], areas=[area("circuit"), area("random")])
+               for label in ("gender-a", "greater_than-a", "ioi-b", "gender-b", "ioi-a")]
+    rows = [line.split(" | ")[0].removeprefix("| ") for line in evaluations.table(reports).splitlines()
+            if line.startswith("| ") and not line.startswith("| circuit")]
+    assert rows == ["ioi-b", "ioi-a", "gender-a", "gender-b", "greater_than-a"]
+
+
+def test_the_accuracy_interval_is_wilsons_checked_by_hand():
+    low, high = evaluations.wilson(21, 21)  # all right on 21 prompts: [1 / (1 + z²/21), 1]
+    assert high == 1.0 and abs(low - 21 / (21 + 1.959964 ** 2)) < 1e-9
+    low, high = evaluations.wilson(5, 10)
+    assert abs(low - 0.2366) < 1e-4 and abs(high - 0.7634) < 1e-4
+    assert evaluations.wilson(0, 0) == (0.0, 1.0)
 
 
 def test_every_committed_circuit_file_has_a_report_of_its_own_bytes():

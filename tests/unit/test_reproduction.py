@@ -1,69 +1,133 @@
-"""The README's "Does it reproduce?" table: generated from the manifest, in sync with it, and its cells
-read from the ledgers of notebooks 02 and 04."""
+"""RESULTS.md, the README's verdicts and the summary figures: generated from the manifest and in sync with
+the committed one; the README free of commit hashes."""
 import json
-from pathlib import Path
+import re
 
 import pytest
 
-from helpers.reproduction import BEGIN, END, ROOT, paper_1_row, paper_2_row, table, with_table
+from helpers import claims as C
+from helpers.figures import summary as figs
+from helpers.reproduction import (BEGIN, END, FIGURES, ROOT, findings, results_page, summaries_of, verdict_table,
+                                  with_verdicts)
+
+MANIFEST = json.loads((ROOT / "figures" / "manifest.json").read_text(encoding="utf-8"))
 
 
-def test_the_readme_holds_the_table_of_the_committed_manifest():
+def test_the_readme_holds_the_verdicts_of_the_committed_manifest():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    manifest = json.loads((ROOT / "figures" / "manifest.json").read_text(encoding="utf-8"))
-    assert with_table(readme, manifest) == readme, "run `python -m helpers.reproduction` and commit README.md"
+    assert with_verdicts(readme, MANIFEST) == readme, "run `python -m helpers.reproduction` and commit README.md"
 
 
-def ledger_summary(kept_percent, kl, move_step="ours"):
-    rows = [dict(step=s, kept_percent=k, kl=l, random_kl=2.0) for s, k, l in zip(
-        ("paper", "binarised", "hard_concrete", "ours"), kept_percent, kl)]
-    return dict(model="smollm2-135m", paper_kl=0.21, ledger=rows,
-                at_paper_kl=dict(kept_fraction=0.7223, kl=0.0786, random_kl=0.9816),
-                ledger_largest_move=dict(step=move_step, before=30.0, after=72.2))
+def test_results_md_is_the_page_of_the_committed_manifest():
+    page = (ROOT / "RESULTS.md").read_text(encoding="utf-8")
+    assert results_page(MANIFEST) == page, "run `python -m helpers.reproduction` and commit RESULTS.md"
 
 
-def test_a_paper_1_row_reads_the_ledger_and_the_point_at_the_papers_kl():
-    row = paper_1_row("ioi", ledger_summary([55.5, 55.5, 30.0, 72.2], [0.05, 1.2, 0.3, 0.08]))
-    cells = [c.strip() for c in row.strip("|").split("|")]
-    assert cells[1].startswith("≈ 9 %")
-    assert cells[2] == "55.5 % kept (m ≥ 1e-3) at soft-mask KL 0.05"
-    with_run = ledger_summary([55.5, 55.5, 30.0, 72.2], [0.05, 1.2, 0.3, 0.08]) | {"paper_recipe_run": dict(steps=600, batch=16)}
-    assert paper_1_row("ioi", with_run).split("|")[3].strip().endswith("KL 0.05, 600 steps of 16")
-    assert cells[3] == "72.2 % kept at held-out KL 0.08" and cells[4] == "same count at random: KL 0.98"
-    at_alpha = ledger_summary([55.5, 55.5, 30.0, 72.2], [0.05, 1.2, 0.3, 0.08])
-    at_alpha["at_paper_kl"]["alpha"] = 0.00078
-    counted = at_alpha | {"total_directions": 86730, "at_paper_kl": at_alpha["at_paper_kl"] | dict(kept=9670, kept_fraction=0.1115)}
-    assert paper_1_row("gender", counted).split("|")[4].strip().startswith("11.1 % kept")  # 11.149 %, not 11.15
-    assert paper_1_row("gender", at_alpha).split("|")[4].strip() == (
-        "72.2 % kept at held-out KL 0.08 (α 0.00078, sparsest within KL 0.21)")
-    assert cells[5] == "ours: 30.0 % → 72.2 % kept"
-    no_point = ledger_summary([55.5, 55.5, 30.0, 72.2], [0.05, 1.2, 0.3, 0.08]) | {"at_paper_kl": None}
-    assert "no circuit reaches KL 0.21" in paper_1_row("ioi", no_point)
-    assert "not reported" in paper_1_row("gender", ledger_summary([1, 1, 1, 1], [0, 0, 0, 0]))
-    assert "not yet regenerated" in paper_1_row("gender", {"at_paper_kl": None}) and "not yet" in paper_1_row("ioi", None)
+def test_results_md_has_a_row_for_every_claim_and_both_summary_figures():
+    page = (ROOT / "RESULTS.md").read_text(encoding="utf-8")
+    for claim in C.all_claims(summaries_of(MANIFEST)):
+        assert f"| {claim.claim} |" in page and f"**{claim.verdict.replace('|', chr(92) + '|')}**" in page
+    for path in FIGURES.values():
+        assert f"]({path})" in page and (ROOT / path).stat().st_size > 10_000
 
 
-def test_a_paper_2_row_reads_the_judges_factor_table():
-    def row(judge, model, changed, random, permuted):
-        return {"judge": judge, "model": model, "model_of": 126, "random-init": random, "random-init_of": 126,
-                "permuted": permuted, "permuted_of": 126, "model_changed": changed}
-    factors = [row("ours", 31, 0, 5, 20), row("rounding", 31, 0, 5, 20), row("b1_window", 60, 29, 30, 50),
-               row("lens", 30, 1, 5, 20), row("c_mounts", 33, 2, 6, 21), row("paper (all four rules)", 62, 31, 31, 52),
-               row("paper + width search", 80, 49, 40, 70)]
-    cells = [c.strip() for c in paper_2_row(dict(model="gemma-3-270m", paper_judge=dict(factor_table=factors)))
-             .strip("|").split("|")]
-    assert cells[1] == "182/182 site-layers pass, Gemma-2-2B"
-    assert cells[2] == "80/126 pass (paper + width search)" and cells[3] == "31/126 pass"
-    assert cells[4] == "random-init 40/126 (paper's), 5/126 (ours); permuted 70/126 (paper's), 20/126 (ours)"
-    assert cells[5] == "b1_window: 29 verdicts change"
-    assert "not yet regenerated" in paper_2_row({"check_a": []})
+def test_the_readme_is_free_of_commit_hashes():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    commits = set()
+    import subprocess
+    log = subprocess.run(["git", "log", "--format=%H"], cwd=ROOT, capture_output=True, text=True).stdout.split()
+    for word in set(re.findall(r"\b[0-9a-f]{7,40}\b", readme)):
+        commits |= {word for full in log if full.startswith(word)}
+    assert not commits, f"README.md names commits {sorted(commits)}: history belongs in CHANGELOG.md"
+    assert not re.search(r"\bon [0-9a-f]{7}\b", readme)
 
 
-def test_the_table_needs_its_markers_and_replaces_only_what_lies_between_them():
-    manifest = {"runs": []}
-    text = f"intro\n{BEGIN}\nold\n{END}\nrest\n"
-    new = with_table(text, manifest)
-    assert new.startswith("intro\n") and new.endswith(f"{END}\nrest\n") and "old" not in new
-    assert table(manifest) in new and with_table(new, manifest) == new
+def test_the_readme_opens_with_the_papers_and_what_we_found():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    first_screen = readme[: readme.index(END)]
+    assert "arxiv.org/abs/2511.20273" in first_screen and "arxiv.org/abs/2608.06969" in first_screen
+    assert first_screen.index("## What we found") < readme.index("make figures")
+    found = first_screen[first_screen.index("## What we found"):]
+    assert found.count("\n- **") == 5  # the five findings
+
+
+def test_the_readme_verdict_block_is_replaced_between_its_markers():
+    text = f"intro\n{BEGIN}\nold table\n{END}\nrest\n"
+    out = with_verdicts(text, MANIFEST)
+    assert out.startswith(f"intro\n{BEGIN}\n- **") and out.endswith(f"{END}\nrest\n") and "old table" not in out
     with pytest.raises(ValueError, match="markers"):
-        with_table("no markers", manifest)
+        with_verdicts("no markers", MANIFEST)
+
+
+def claim(paper, text, verdict, ours="o", control="", caveat="c"):
+    return C.Claim(paper, text, "", ours, control, verdict, caveat, "[n](n)")
+
+
+def test_findings_name_each_verdict_with_our_number_and_the_uninformative_checks():
+    claims = [claim(1, "≈ 8.68 % of directions keep IOI at KL 0.21", C.NOT_REPRODUCED, "72 % kept", "random KL 0.98"),
+              claim(1, "A name mover's directions carry salience (GPT-2 small, head 9.6)", C.REPRODUCED),
+              claim(1, "A name mover's directions carry BOS (GPT-2 small, head 9.6)", C.NOT_REPRODUCED),
+              claim(2, "Tile-SVD mounts pass: 182/182", C.NOT_REPRODUCED, "31/126 pass"),
+              claim(2, "Check A1: lift", C.UNINFORMATIVE), claim(2, "Check C1: steer", C.UNINFORMATIVE),
+              claim(2, "Check B1: coverage", C.NOT_REPRODUCED)]
+    lines = findings(claims).splitlines()
+    assert lines[0] == ("- **Paper 1's sparse IOI circuit: not reproduced.** 72 % kept; random KL 0.98. Caveat: c. "
+                        "Shown in [n](n).")
+    assert lines[1].startswith("- **Paper 1's name-mover subfunctions:** salience: reproduced; BOS: not reproduced.")
+    assert lines[2].endswith("Checks A1 and C1 pass as often on random or permuted weights as on the real model.")
+    table = verdict_table(claims)
+    assert table.splitlines()[2] == "| 1 | ≈ 8.68 % of directions keep IOI at KL 0.21 | 72 % kept | **not reproduced** |"
+
+
+def test_the_summary_figures_read_the_ledger_and_the_judges():
+    summaries = {C.RUNS["ioi"]: dict(
+        total_directions=1000, at_paper_kl=dict(kept=720, kl=0.08, random_kl=0.98),
+        ledger=[dict(step="paper", kept_percent=100.0, kl=0.41), dict(step="hard_concrete", kept_percent=42.5, kl=0.04)])}
+    bars = figs.paper_1_bars(summaries)
+    assert bars["IOI"]["kept"] == {"paper (GPT-2 small)": pytest.approx(8.68), "paper's recipe, our model": 100.0,
+                                   "ours, under the paper's rule": 42.5, "ours": 72.0}
+    assert bars["IOI"]["kl"]["ours"] == 0.08 and bars["IOI"]["random_kl"] == 0.98
+    assert bars["gender pronoun"]["kept"]["ours"] is None and bars["gender pronoun"]["kept"]["paper (GPT-2 small)"] is None
+    assert figs.paper_1_title(bars, C.NOT_REPRODUCED) == (
+        "Paper 1's ≈ 9 % IOI circuit: not reproduced; ours keeps 72 % within KL 0.21")
+
+    def row(judge, model, random, permuted):
+        return {"judge": judge, "model": model, "model_of": 126, "random-init": random, "random-init_of": 126,
+                "permuted": permuted, "permuted_of": 126}
+    two = figs.paper_2_bars(dict(paper_judge=dict(factor_table=[row("ours", 31, 6, 2),
+                                                               row("paper + width search", 84, 40, 29)])))
+    assert two == {"our judge": {"model": (31, 126), "random-init": (6, 126), "permuted": (2, 126)},
+                   "released judge + width search": {"model": (84, 126), "random-init": (40, 126), "permuted": (29, 126)}}
+    assert figs.paper_2_title(two, C.NOT_REPRODUCED).endswith("its judge passes 40/126 random-init site-layers")
+
+
+def test_no_committed_executed_notebook_shows_a_progress_bar():
+    from helpers.pipeline import PROGRESS_BAR
+
+    for path in sorted((ROOT / "figures").glob("*/notebook.ipynb")):
+        notebook = json.loads(path.read_text(encoding="utf-8"))
+        for cell in notebook["cells"]:
+            for output in cell.get("outputs", []):
+                text = "".join(output.get("data", {}).get("text/plain", "")) + "".join(output.get("text", ""))
+                assert not any(PROGRESS_BAR.match(line) for line in text.splitlines()), (
+                    f"{path.relative_to(ROOT)} shows a progress bar: run python tools/tidy_executed_copies.py")
+
+
+def test_the_readable_copy_drops_progress_bars_and_keeps_what_the_notebook_printed(tmp_path):
+    from helpers.pipeline import write_readable_copy
+
+    bar = {"output_type": "display_data", "metadata": {},
+           "data": {"text/plain": ["faithfulness curve:   0%|          | 0/12 [00:00<?, ?it/s]"]}}
+    widget = {"output_type": "display_data", "metadata": {},
+              "data": {"text/plain": ["HBox(children=(...))"], "application/vnd.jupyter.widget-view+json": {}}}
+    table = {"output_type": "display_data", "metadata": {}, "data": {"text/plain": ["   kept   kl\n0  12%|  0.1"]}}
+    printed = {"output_type": "stream", "name": "stdout", "text": ["86,730 directions; 3 s\n"]}
+    cell = {"cell_type": "code", "id": "a", "metadata": {}, "source": [], "execution_count": 1,
+            "outputs": [bar, widget, table, printed]}
+    executed = tmp_path / "executed.ipynb"
+    executed.write_text(json.dumps({"cells": [cell], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    write_readable_copy(executed, tmp_path / "copy.ipynb", {})
+    outputs = json.loads((tmp_path / "copy.ipynb").read_text())["cells"][0]["outputs"]
+    assert outputs == [table, printed]
+    write_readable_copy(tmp_path / "copy.ipynb", tmp_path / "again.ipynb", {})
+    assert (tmp_path / "again.ipynb").read_text() == (tmp_path / "copy.ipynb").read_text()
