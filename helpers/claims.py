@@ -180,7 +180,7 @@ def identities_claim(summaries: dict, rules: dict) -> Claim:
     below = 1 - first["fraction_above_noise_floor"]["qk"]
     caveat = (f"the embedded weights are quantized: {_percent(below)} of {first['model']}'s QK directions lie "
               "below the quantization noise floor")
-    return Claim(1, claim, "the identities are the recipe", ours,
+    return Claim(1, claim, "", ours,
                  f"bound declared in notebook 01: {rules['identities']['max_relative_error']:g}",
                  identity_verdict(list(errors.values()), rules), caveat,
                  ", ".join(_notebook(run) for run in runs))
@@ -195,9 +195,13 @@ def _paper_rule_point(summary: dict) -> dict | None:
 
 
 def _next_sparser(summary: dict, point: dict) -> dict | None:
-    """The α-sweep point that keeps fewer directions than ``point``: where the KL 0.21 frontier lies."""
-    sparser = [p for p in summary.get("alpha_sweep") or [] if p["kept_fraction"] < point["kept_fraction"]]
-    return max(sparser, key=lambda p: (p["kept_fraction"], -p["kl"])) if sparser else None
+    """The α-sweep point that keeps the most directions among those keeping fewer than ``point``: where the
+    KL 0.21 frontier lies. Compared by counts (the summary's fractions are rounded), ties by lower KL."""
+    sweep = summary.get("alpha_sweep") or []
+    by_count = "kept" in point and all("kept" in p for p in sweep)
+    size = (lambda p: p["kept"]) if by_count else (lambda p: p["kept_fraction"])
+    sparser = [p for p in sweep if size(p) < size(point)]
+    return max(sparser, key=lambda p: (size(p), -p["kl"])) if sparser else None
 
 
 def sparsity_claim(task: str, summary: dict | None, rules: dict, run: str | None = None) -> Claim:
@@ -236,6 +240,8 @@ def sparsity_claim(task: str, summary: dict | None, rules: dict, run: str | None
     caveat = f"a {grid}-point α grid"
     if nxt:
         caveat += f" (next sparser: {_percent(nxt['kept_fraction'])} at KL {nxt['kl']:.2f})"
+    elif point:
+        caveat += " (no sparser circuit was trained)"
     caveat += "; training still pruning at its last step; circuits differ between seeds (Jaccard 0.35–0.64)"
     return Claim(1, claim, recipe_cell, ours, control, verdict, caveat, _notebook(run))
 

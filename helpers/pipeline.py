@@ -365,8 +365,9 @@ def run_pipeline(runs_file: str | Path = "notebooks/runs.toml", figures_dir: str
                 f"{ {k: v for k, v in params.items() if k != 'out_dir'} }")
             start = time.time()
             try:
+                manager = local_kernel_manager()
                 papermill.execute_notebook(str(notebook), str(executed), parameters=params, kernel_name=kernel,
-                                           cwd=str(notebook.parent), progress_bar=False,
+                                           cwd=str(notebook.parent), progress_bar=False, kernel_manager_class=manager,
                                            stdout_file=sys.stdout if stream else None,
                                            stderr_file=sys.stderr if stream else None)
             except papermill.PapermillExecutionError as err:
@@ -376,6 +377,9 @@ def run_pipeline(runs_file: str | Path = "notebooks/runs.toml", figures_dir: str
                     f"run {run.name!r} failed in {_source_cell(notebook, err.cell_index)} (execution count "
                     f"{err.exec_count} in the executed copy): {err.ename}: {err.evalue}\n"
                     f"executed copy: {executed}{kept}") from None
+            finally:
+                if hasattr(manager, "folder"):
+                    shutil.rmtree(manager.folder, ignore_errors=True)
             wall = time.time() - start
             if not (staging / SUMMARY_FILE).exists():
                 raise PipelineError(f"run {run.name!r}: notebook {run.notebook} finished without writing "
@@ -394,6 +398,33 @@ def run_pipeline(runs_file: str | Path = "notebooks/runs.toml", figures_dir: str
         log(f"[{index}/{len(runs)}] {run.name}: done in {wall:.0f} s")
         _write_manifest(manifest_path, records, runs_file)
     return _write_manifest(manifest_path, records, runs_file)
+
+
+def local_kernel_manager():
+    """The kernel manager for notebook runs: on POSIX, the kernel talks over Unix sockets in a private
+    temporary folder instead of TCP on localhost (where each kernel warns that its traffic is unencrypted),
+    so that the console shows only what the notebooks print."""
+    from jupyter_client.manager import AsyncKernelManager
+
+    if os.name != "posix":
+        return AsyncKernelManager
+    import tempfile
+
+    from traitlets import CaselessStrEnum, default
+
+    folder = Path(tempfile.mkdtemp(prefix="svdirs-kernels-"))  # one per call; each kernel removes its sockets
+
+    class LocalKernelManager(AsyncKernelManager):
+        transport = CaselessStrEnum(["tcp", "ipc"], default_value="ipc")
+
+        @default("ip")
+        def _ip_default(self):
+            import uuid
+
+            return str(folder / uuid.uuid4().hex[:12])
+
+    LocalKernelManager.folder = folder  # removed by the caller once the kernel has stopped
+    return LocalKernelManager
 
 
 def mark_profile(summary_file: Path, executed: Path, profile: str) -> None:

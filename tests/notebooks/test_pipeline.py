@@ -422,3 +422,15 @@ def test_notebook_02_writes_circuit_files_that_03_06_and_the_evaluator_read(tmp_
         result = evaluate_file(figures / "02_masking-ioi-tiny-llama" / "circuits" / record["file"], n_prompts=8,
                                control_seeds=1, percents=(10, 100))
         assert result["circuit"]["kept"] == record["kept"] and result["curve"]["faithfulness"].iloc[-1] == 1.0
+
+
+def test_notebook_kernels_run_quietly_over_unix_sockets_and_leave_no_socket_folder(tmp_path, capfd):
+    import tempfile
+
+    before = set(Path(tempfile.gettempdir()).glob("svdirs-kernels-*"))
+    runs, kwargs = tiny_runs(tmp_path, ONE_RUN.format('figures = ["a"]'))
+    run_pipeline(runs, log=print, **kwargs)
+    out, err = capfd.readouterr()
+    assert "running over TCP" not in out + err  # ipykernel's warning for every TCP kernel
+    assert set(Path(tempfile.gettempdir()).glob("svdirs-kernels-*")) == before
+    assert not list((tmp_path / "notebooks").glob("kernel*"))

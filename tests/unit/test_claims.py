@@ -153,3 +153,14 @@ def test_subfunction_claims_count_the_prompt_sets_meeting_the_rule():
 def test_a_verdict_outside_the_vocabulary_is_refused():
     with pytest.raises(ValueError, match="not one of"):
         C.Claim(1, "c", "", "", "", "probably fine", "", "")
+
+
+def test_the_next_sparser_circuit_is_found_by_counts_not_rounded_fractions():
+    summary = ioi_summary(at_paper_kl=dict(kept=10615, kept_fraction=0.12239, kl=0.189, random_kl=2.45, alpha=7.8e-4),
+                          total_directions=86730,
+                          alpha_sweep=[dict(kept=42400, kept_fraction=0.48887, kl=0.04),
+                                       dict(kept=10615, kept_fraction=0.12239, kl=0.189)])
+    claim = C.sparsity_claim("greater_than", summary, RULES)  # 10615 / 86730 = 0.1223913 > 0.12239
+    assert "(no sparser circuit was trained)" in claim.caveat and "next sparser" not in claim.caveat
+    summary["alpha_sweep"].append(dict(kept=5000, kept_fraction=0.05765, kl=0.3))
+    assert "next sparser: 5.8 % at KL 0.30" in C.sparsity_claim("greater_than", summary, RULES).caveat
