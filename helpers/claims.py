@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import tomllib
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,6 +43,17 @@ class Claim:
     verdict: str
     caveat: str
     shown_in: str
+    _: KW_ONLY
+    key: str  # "group/item" or "group": what picks a claim (the README's findings, the summary figures)
+
+    @property
+    def group(self) -> str:
+        return self.key.split("/")[0]
+
+    @property
+    def item(self) -> str:
+        """The part of the key after the group ("A1" of "check/A1"); empty for a claim alone in its group."""
+        return self.key.partition("/")[2]
 
     def __post_init__(self):
         if not self.verdict.startswith(VERDICTS):
@@ -62,9 +73,9 @@ def _notebook(run: str) -> str:
     return f"[{run}](figures/{run}/notebook.ipynb)"
 
 
-def _missing(paper: int, claim: str, run: str) -> Claim:
+def _missing(paper: int, claim: str, run: str, key: str) -> Claim:
     return Claim(paper, claim, "", "", "", f"{NOT_TESTABLE}: run `python -m helpers.pipeline --only {run}` first",
-                 "", "")
+                 "", "", key=key)
 
 
 # --- the verdict rules: each a pure function of numbers, tested at its boundaries -------------------------
@@ -173,7 +184,7 @@ def identities_claim(summaries: dict, rules: dict) -> Claim:
     claim = "Biases fold into augmented QK, OV and MLP matrices exactly (GPT-2 small)"
     runs = [run for run, summary in summaries.items() if summary]
     if not runs:
-        return _missing(1, claim, RUNS["identities"][0])
+        return _missing(1, claim, RUNS["identities"][0], "identities")
     errors = {summaries[run]["model"]: summaries[run]["worst_identity_error"] for run in runs}
     ours = "worst relative error " + ", ".join(f"{e:.1e} ({model})" for model, e in errors.items())
     first = summaries[runs[0]]
@@ -183,7 +194,7 @@ def identities_claim(summaries: dict, rules: dict) -> Claim:
     return Claim(1, claim, "", ours,
                  f"bound declared in notebook 01: {rules['identities']['max_relative_error']:g}",
                  identity_verdict(list(errors.values()), rules), caveat,
-                 ", ".join(_notebook(run) for run in runs))
+                 ", ".join(_notebook(run) for run in runs), key="identities")
 
 
 def _paper_rule_point(summary: dict) -> dict | None:
@@ -212,7 +223,7 @@ def sparsity_claim(task: str, summary: dict | None, rules: dict, run: str | None
     claim = (f"≈ {100 * paper_fraction:.2f} % of directions keep {TASK_NAMES[task]} at KL {bound} (GPT-2 small)"
              if paper_fraction else f"A sparse set of directions keeps {TASK_NAMES[task]} (GPT-2 small; no number given)")
     if not summary or not summary.get("ledger"):
-        return _missing(1, claim, run)
+        return _missing(1, claim, run, f"sparsity/{task}")
     recipe = summary["ledger"][0]
     budget = summary.get("paper_recipe_run") or {}
     paper_rule = _paper_rule_point(summary)
@@ -243,7 +254,7 @@ def sparsity_claim(task: str, summary: dict | None, rules: dict, run: str | None
     elif point:
         caveat += " (no sparser circuit was trained)"
     caveat += "; training still pruning at its last step; circuits differ between seeds (Jaccard 0.35–0.64)"
-    return Claim(1, claim, recipe_cell, ours, control, verdict, caveat, _notebook(run))
+    return Claim(1, claim, recipe_cell, ours, control, verdict, caveat, _notebook(run), key=f"sparsity/{task}")
 
 
 def _head_name(layer_head) -> str:
@@ -253,7 +264,7 @@ def _head_name(layer_head) -> str:
 def subfunction_claims(summary: dict | None, rules: dict, run: str = RUNS["head"]) -> list[Claim]:
     """From the summary of notebook 03."""
     if not summary:
-        return [_missing(1, "Head 9.6's subfunctions (GPT-2 small)", run)]
+        return [_missing(1, "Head 9.6's subfunctions (GPT-2 small)", run, "subfunction")]
     head, control = _head_name(summary["head"]), _head_name(summary["control_head"])
     meets = summary["meets_name_mover_rule"]
     margins = summary["head_margins"]
@@ -267,9 +278,9 @@ def subfunction_claims(summary: dict | None, rules: dict, run: str = RUNS["head"
         ctrl = f"control head {control}: " + (f"passes ({row['control_directions']})" if row["control"]
                                                 else "does not pass")
         claims.append(Claim(1, f"A name mover's directions carry {row['subfunction']} (GPT-2 small, head 9.6)",
-                            "the paper's head is GPT-2 small's", ours, ctrl,
+                            "", ours, ctrl,
                             subfunction_verdict(row["head"], row["control"], sum(meets.values()), rules),
-                            caveat, _notebook(run)))
+                            caveat, _notebook(run), key=f"subfunction/{row['subfunction']}"))
     return claims
 
 
@@ -277,12 +288,13 @@ def receptor_claim(summary: dict | None, rules: dict, run: str = RUNS["receptors
     """From the summary of notebook 06."""
     claim = "Logit receptors: a few OV directions of late heads decide he vs she; setting them flips the pronoun (GPT-2 small)"
     if not summary:
-        return _missing(1, claim, run)
+        return _missing(1, claim, run, "receptors")
     r = rules["receptors"]
     rates = summary["flip_rate"][r["path"]]
     scale = next((key for key in rates["receptors"] if float(key) == r["scale"]), None)
     if scale is None:
-        return Claim(1, claim, "", "", "", f"{NOT_TESTABLE}: scale {r['scale']:g} was not run", "", _notebook(run))
+        return Claim(1, claim, "", "", "", f"{NOT_TESTABLE}: scale {r['scale']:g} was not run", "", _notebook(run),
+                     key="receptors")
     mine, rand = rates["receptors"][scale], rates["random"][scale]
     direct = summary["flip_rate"]["direct"]
     ours = (f"{len(summary['receptors'])} receptors found from data flip {mine:.1f} % of pronouns through the full "
@@ -291,8 +303,8 @@ def receptor_claim(summary: dict | None, rules: dict, run: str = RUNS["receptors
     share = 1 / math.sqrt(summary["d_model"])
     caveat = (f"a weak control: a random direction in d = {summary['d_model']} puts about {_percent(share)} of its "
               "norm along any fixed direction")
-    return Claim(1, claim, "the paper's receptors are GPT-2 small's", ours, control,
-                 receptor_verdict(mine, rand, rules), caveat, _notebook(run))
+    return Claim(1, claim, "", ours, control, receptor_verdict(mine, rand, rules), caveat, _notebook(run),
+                 key="receptors")
 
 
 def _factor_rows(summary: dict) -> dict:
@@ -303,7 +315,7 @@ def tiled_claim(summary: dict | None, rules: dict, run: str = RUNS["tiled"]) -> 
     """From the summary of notebook 04."""
     claim = "Tile-SVD mounts pass checks A, B and C at every site-layer: 182/182 (Gemma-2-2B)"
     if not summary or not summary.get("paper_judge"):
-        return _missing(2, claim, run)
+        return _missing(2, claim, run, "mounts")
     factors = _factor_rows(summary)
     paper = factors.get("paper + width search") or factors["paper (all four rules)"]
     ours = factors["ours"]
@@ -321,7 +333,7 @@ def tiled_claim(summary: dict | None, rules: dict, run: str = RUNS["tiled"]) -> 
     worst = max(controls, key=lambda c: fraction(paper, c))
     caveat = f"the released judge also passes {count(paper, worst)} site-layers of {worst} weights"
     return Claim(2, claim, f"{count(paper, 'model')} pass ({paper['judge']})", f"{count(ours, 'model')} pass",
-                 control, verdict, caveat, _notebook(run))
+                 control, verdict, caveat, _notebook(run), key="mounts")
 
 
 CHECKS = {
@@ -344,7 +356,7 @@ def _rates_cell(rates: CheckRates | None) -> str:
 def check_claims(summary: dict | None, coverage: dict | None, rules: dict, run: str = RUNS["tiled"]) -> list[Claim]:
     """From the summaries of notebook 04 and (for B1's caveat) notebook 05."""
     if not summary:
-        return [_missing(2, CHECKS[c] + " (Gemma-2-2B)", run) for c in CHECKS]
+        return [_missing(2, CHECKS[c] + " (Gemma-2-2B)", run, f"check/{c}") for c in CHECKS]
     c_rows = summary.get("check_c") or []
     random_wins = sum(row["rho_random"] > row["rho_tile"] for row in c_rows)
     substitute = (f"{summary['model']} ({summary['n_layers']} layers) stands in for Gemma-2-2B (26); "
@@ -361,7 +373,8 @@ def check_claims(summary: dict | None, coverage: dict | None, rules: dict, run: 
         ours, paper = check_rates(summary["pass_rates"], check), check_rates(paper_rates, check)
         control = ("; ".join(f"{c} {_percent(v)}" for c, v in ours.controls.items()) if ours else "")
         claims.append(Claim(2, f"{text} (Gemma-2-2B)", f"released judge: {_rates_cell(paper)}", _rates_cell(ours),
-                            control, check_verdict(ours, paper, rules), caveats[check], _notebook(run)))
+                            control, check_verdict(ours, paper, rules), caveats[check], _notebook(run),
+                            key=f"check/{check}"))
     return claims
 
 

@@ -22,7 +22,7 @@ def _size_note(fast: bool) -> str:
 
 def _claim_lines(claim: C.Claim) -> list[str]:
     lines = [f"- **Ours:** {claim.ours}" + (f"; {claim.control}" if claim.control else "") + "."]
-    if claim.paper_recipe and not claim.paper_recipe.startswith("the paper's"):
+    if claim.paper_recipe:
         lines.append(f"- **The paper's recipe on this model:** {claim.paper_recipe}.")
     lines.append(f"- **Verdict on the paper's claim** ({claim.claim}): **{claim.verdict}**.")
     if claim.caveat:
@@ -70,9 +70,9 @@ def tiled(summary: dict, rules: dict | None = None, fast: bool = False) -> str:
              *_claim_lines(overall), "", "**Check by check**, against the negative controls:", "",
              "| check | model | controls | verdict |", "|---|---|---|---|"]
     for claim in checks:
-        name = claim.claim.split(":")[0]
+        name = f"Check {claim.item}"
         lines.append(f"| {name} | {claim.ours} | {claim.control} | {claim.verdict} |")
-    informative = [c.claim.split(":")[0] for c in checks if not c.verdict.startswith(C.UNINFORMATIVE)]
+    informative = [f"Check {c.item}" for c in checks if not c.verdict.startswith(C.UNINFORMATIVE)]
     lines += ["", f"Only {', '.join(informative) if informative else 'none of the checks'} separate"
               f"{'s' if len(informative) == 1 else ''} the trained model from its controls; a check that random "
               "weights pass as often says nothing about what training put in the weights."]
@@ -129,7 +129,7 @@ def head_case_study(summary: dict, rules: dict | None = None, fast: bool = False
     claims = C.subfunction_claims(summary, rules, run="this run")
     lines = ["### Against the paper", "",
              "Paper 1 reads these subfunctions in GPT-2 small's name mover 9.6. Here, with the control head beside it:", ""]
-    lines += [f"- {c.claim.split('carry ')[-1].split(' (GPT')[0]}: {c.ours}; {c.control}. **{c.verdict}**."
+    lines += [f"- {c.item}: {c.ours}; {c.control}. **{c.verdict}**."
               for c in claims]
     if claims and claims[0].caveat:
         lines += ["", f"Caveat: {claims[0].caveat}."]

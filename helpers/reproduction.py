@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from helpers.claims import RULES_FILE, Claim, all_claims, load_rules
+from helpers.claims import RULES_FILE, UNINFORMATIVE, Claim, all_claims, load_rules
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFEST = ROOT / "figures" / "manifest.json"
@@ -38,21 +38,26 @@ def summaries_of(manifest: dict) -> dict:
     return {run["name"]: run.get("summary") for run in manifest.get("runs", [])}
 
 
-FINDINGS = (  # (a phrase that picks the claims, the finding's name): the README's five findings, in order
-    ("keep IOI", "Paper 1's sparse IOI circuit"),
-    ("Logit receptors", "Paper 1's logit receptors"),
-    ("name mover's directions", "Paper 1's name-mover subfunctions"),
-    ("Biases fold", "Paper 1's augmented-matrix identities"),
-    ("182/182", "Paper 2's mechanism mounts"),
+FINDINGS = (  # (the key or key group of the claims, the finding's name): the README's five findings, in order
+    ("sparsity/ioi", "Paper 1's sparse IOI circuit"),
+    ("receptors", "Paper 1's logit receptors"),
+    ("subfunction", "Paper 1's name-mover subfunctions"),
+    ("identities", "Paper 1's augmented-matrix identities"),
+    ("mounts", "Paper 2's mechanism mounts"),
 )
+
+
+def claims_under(claims: list[Claim], key: str) -> list[Claim]:
+    """The claims with this key, or in this key group ("subfunction" picks every "subfunction/…")."""
+    return [c for c in claims if key in (c.key, c.group)]
 
 
 def findings(claims: list[Claim]) -> str:
     """The README's five findings: each names a claim, its verdict, our number and the control's, and where
     it is shown; a finding over several claims (the subfunctions) counts their verdicts."""
     bullets = []
-    for phrase, name in FINDINGS:
-        picked = [c for c in claims if phrase in c.claim]
+    for key, name in FINDINGS:
+        picked = claims_under(claims, key)
         if not picked:
             continue
         first = picked[0]
@@ -62,11 +67,10 @@ def findings(claims: list[Claim]) -> str:
             bullets.append(f"- **{name}: {first.verdict}.** {detail[:1].upper()}{detail[1:]}.{caveat} "
                            f"Shown in {first.shown_in}.")
         else:
-            verdicts = "; ".join(f"{c.claim.split('carry ')[-1].split(' (GPT')[0]}: {c.verdict}" for c in picked)
+            verdicts = "; ".join(f"{c.item}: {c.verdict}" for c in picked)
             bullets.append(f"- **{name}:** {verdicts}. Caveat: {first.caveat}. Shown in {first.shown_in}.")
-    if any(c.paper == 2 and c.verdict.startswith("uninformative") for c in claims):
-        checks = [c.claim.split(":")[0].removeprefix("Check ") for c in claims
-                  if c.paper == 2 and c.verdict.startswith("uninformative")]
+    checks = [c.item for c in claims if c.group == "check" and c.verdict.startswith(UNINFORMATIVE)]
+    if checks:
         named = ", ".join(checks[:-1]) + f" and {checks[-1]}" if len(checks) > 1 else checks[0]
         bullets[-1] += (f" Check{'s' if len(checks) > 1 else ''} {named} pass{'' if len(checks) > 1 else 'es'} "
                         "as often on random or permuted weights as on the real model.")
@@ -130,8 +134,8 @@ def write_figures(manifest: dict, root: Path = ROOT) -> list[Path]:
     use_style()
     summaries = summaries_of(manifest)
     claims = all_claims(summaries)
-    ioi = next(c for c in claims if "IOI" in c.claim)
-    tiled = next(c for c in claims if "182/182" in c.claim)
+    ioi, = claims_under(claims, "sparsity/ioi")
+    tiled, = claims_under(claims, "mounts")
     one, two = figs.paper_1_bars(summaries), figs.paper_2_bars(summaries.get("04_tiled_svd-gemma-3-270m"))
     paths = []
     for paper, fig in ((1, figs.plot_paper_1(one, figs.paper_1_title(one, ioi.verdict))),

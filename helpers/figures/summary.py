@@ -64,26 +64,40 @@ def paper_2_bars(summary: dict | None) -> dict:
     return {judge: {w: (row[w], row[f"{w}_of"]) for w in WEIGHTS if w in row} for judge, row in judges.items()}
 
 
+def grouped_bars(ax, groups: list[str], series: tuple[str, ...], bar, width: float, fontsize: float) -> None:
+    """Side-by-side bars: one per series in each group, centred on the group's tick, each series in its own
+    colour and legend entry. ``bar(series, group)`` gives (height, the text above the bar); a height of None
+    draws no bar, only the text (if any) at the foot of the slot."""
+    x = np.arange(len(groups))
+    offsets = (np.arange(len(series)) - (len(series) - 1) / 2) * width
+    labelled = set()
+    for i, name in enumerate(series):
+        for j, group in enumerate(groups):
+            height, text = bar(name, group)
+            xpos = x[j] + offsets[i]
+            if height is None:
+                if text:
+                    ax.text(xpos, 2, text, ha="center", fontsize=11, color="0.4")
+                continue
+            ax.bar(xpos, height, width, color=f"C{i}", label=None if name in labelled else name)
+            labelled.add(name)
+            ax.text(xpos, height + 1.5, text, ha="center", va="bottom", fontsize=fontsize)
+    ax.set_xticks(x, groups)
+
+
 def plot_paper_1(bars: dict, title: str):
+    def bar(label, task):
+        kept, kl = bars[task]["kept"][label], bars[task]["kl"][label]
+        if kept is None:
+            return None, "none\nreported" if label == PAPER_1_BARS[0] else "not run"
+        text = f"{kept:.0f} %\nKL {kl:.2f}"
+        if label == "ours" and bars[task]["random_kl"] is not None:
+            text += f"\nrandom:\nKL {bars[task]['random_kl']:.2f}"
+        return kept, text
+
     with plt.rc_context(SLIDE_FONT):
         fig, ax = plt.subplots(figsize=SLIDE)
-        tasks = list(bars)
-        width = 0.2
-        x = np.arange(len(tasks))
-        for i, label in enumerate(PAPER_1_BARS):
-            for j, task in enumerate(tasks):
-                kept, kl = bars[task]["kept"][label], bars[task]["kl"][label]
-                xpos = x[j] + (i - 1.5) * width
-                if kept is None:
-                    ax.text(xpos, 2, "none\nreported" if i == 0 else "not run", ha="center", fontsize=11, color="0.4")
-                    continue
-                ax.bar(xpos, kept, width, color=f"C{i}", label=label if j == 0 or label not in
-                       ax.get_legend_handles_labels()[1] else None)
-                label_text = f"{kept:.0f} %\nKL {kl:.2f}"
-                if label == "ours" and bars[task]["random_kl"] is not None:
-                    label_text += f"\nrandom:\nKL {bars[task]['random_kl']:.2f}"
-                ax.text(xpos, kept + 1.5, label_text, ha="center", va="bottom", fontsize=11)
-        ax.set_xticks(x, tasks)
+        grouped_bars(ax, list(bars), PAPER_1_BARS, bar, width=0.2, fontsize=11)
         ax.set_ylim(0, 118)
         ax.set_ylabel("% of singular directions kept")
         ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.08), ncols=4, fontsize=13)
@@ -94,25 +108,23 @@ def plot_paper_1(bars: dict, title: str):
 
 
 def plot_paper_2(bars: dict, title: str):
+    def bar(weights, judge):
+        if weights not in bars[judge]:
+            return None, ""
+        passed, total = bars[judge][weights]
+        return passed, f"{passed}/{total}"
+
+    judges = list(bars)
+    totals = [total for judge in judges for _, total in bars[judge].values()]
     with plt.rc_context(SLIDE_FONT):
         fig, ax = plt.subplots(figsize=SLIDE)
-        judges = list(bars)
-        width = 0.26
-        x = np.arange(len(judges))
-        total = None
-        for i, weights in enumerate(WEIGHTS):
-            for j, judge in enumerate(judges):
-                if weights not in bars[judge]:
-                    continue
-                passed, total = bars[judge][weights]
-                xpos = x[j] + (i - 1) * width
-                ax.bar(xpos, passed, width, color=f"C{i}", label=weights if j == 0 else None)
-                ax.text(xpos, passed + 1.5, f"{passed}/{total}", ha="center", va="bottom", fontsize=14)
-        if total:
+        grouped_bars(ax, judges, WEIGHTS, bar, width=0.26, fontsize=14)
+        if totals:
+            total = totals[-1]
             ax.axhline(total, color="0.3", ls="--", lw=1.5)
-            ax.text(x[-1] + 0.45, total - 2, "paper: every site-layer passes", ha="right", va="top", fontsize=13)
+            ax.text(len(judges) - 1 + 0.45, total - 2, "paper: every site-layer passes", ha="right", va="top",
+                    fontsize=13)
             ax.set_ylim(0, total * 1.08)
-        ax.set_xticks(x, judges)
         ax.set_ylabel("site-layers passing checks A, B and C")
         ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.08), ncols=3, title="weights", title_fontsize=13)
         ax.set_title(title)

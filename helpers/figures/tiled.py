@@ -1,6 +1,10 @@
 """The figures of paper 2's notebooks (04, 05), in the shared style."""
 from __future__ import annotations
 
+import textwrap
+
+TITLE_CHARACTERS_PER_INCH = 9  # at the 13-point titles below, a line this long fits the figure's width
+
 STRATEGY_LABELS = {"tile": "tile SVD", "whole": "whole-matrix SVD", "columns": "column sampling",
                    "random_partition": "random column partition", "pca": "PCA of writes (data-aware)"}
 
@@ -18,11 +22,23 @@ def lift_finding(a, controls: dict | None = None) -> str:
     both = a[["lift_tile", "lift_random_partition"]].dropna()
     text = (f"tile SVD and random column partitions lift the write energy alike (mean |difference| "
             f"{(both['lift_tile'] - both['lift_random_partition']).abs().mean():.4f})")
-    for label, frame in (controls or {}).items():
+    for i, (label, frame) in enumerate((controls or {}).items()):
         merged = a.merge(frame, on=["site", "layer"], suffixes=("", "_control"))
         reach = int((merged["lift_tile_control"] >= merged["lift_tile"]).sum())
-        text += f"; {label} weights reach the model's tile lift at {reach} of {len(merged)} site-layers"
+        text += (f"; {label} weights reach the model's tile lift at {reach} of {len(merged)} site-layers" if i == 0
+                 else f", {label} weights at {reach} of {len(merged)}")
     return text
+
+
+def _title_and_layer_ticks(fig, axes, title: str) -> None:
+    """The figure's title wrapped to its width (so a long finding does not widen the saved figure and shrink
+    the panels), and whole-number layer ticks on every panel."""
+    from matplotlib.ticker import MaxNLocator
+
+    for ax in axes:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    fig.suptitle(textwrap.fill(title, int(fig.get_figwidth() * TITLE_CHARACTERS_PER_INCH), break_on_hyphens=False),
+                 fontsize=13)
 
 
 def plot_lift_vs_depth(a, title: str, controls: dict | None = None):
@@ -57,7 +73,7 @@ def plot_lift_vs_depth(a, title: str, controls: dict | None = None):
             axes[filled[-1], col].xaxis.set_tick_params(labelbottom=True)
     handles, labels = axes[0, 0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncols=4, fontsize=11)
-    fig.suptitle(title, fontsize=13)
+    _title_and_layer_ticks(fig, axes.flat, title)
     fig.tight_layout()
     return fig
 
@@ -91,8 +107,9 @@ def plot_steer_vs_depth(c, min_layer: int, rho_threshold: float, title: str):
         ax.set_title(site, fontsize=12)
         ax.set_xlabel("layer")
     axes[0][0].set_ylabel("Spearman ρ(Δ logits, lens)")
-    axes[0][0].legend(fontsize=10, loc="lower right")
-    fig.suptitle(title, fontsize=13)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncols=4, fontsize=11)
+    _title_and_layer_ticks(fig, axes[0], title)
     fig.tight_layout()
     return fig
 

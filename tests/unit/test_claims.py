@@ -152,7 +152,7 @@ def test_subfunction_claims_count_the_prompt_sets_meeting_the_rule():
 
 def test_a_verdict_outside_the_vocabulary_is_refused():
     with pytest.raises(ValueError, match="not one of"):
-        C.Claim(1, "c", "", "", "", "probably fine", "", "")
+        C.Claim(1, "c", "", "", "", "probably fine", "", "", key="c")
 
 
 def test_the_next_sparser_circuit_is_found_by_counts_not_rounded_fractions():

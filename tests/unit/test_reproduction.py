@@ -59,17 +59,20 @@ def test_the_readme_verdict_block_is_replaced_between_its_markers():
         with_verdicts("no markers", MANIFEST)
 
 
-def claim(paper, text, verdict, ours="o", control="", caveat="c"):
-    return C.Claim(paper, text, "", ours, control, verdict, caveat, "[n](n)")
+def claim(paper, key, text, verdict, ours="o", control="", caveat="c"):
+    return C.Claim(paper, text, "", ours, control, verdict, caveat, "[n](n)", key=key)
 
 
 def test_findings_name_each_verdict_with_our_number_and_the_uninformative_checks():
-    claims = [claim(1, "≈ 8.68 % of directions keep IOI at KL 0.21", C.NOT_REPRODUCED, "72 % kept", "random KL 0.98"),
-              claim(1, "A name mover's directions carry salience (GPT-2 small, head 9.6)", C.REPRODUCED),
-              claim(1, "A name mover's directions carry BOS (GPT-2 small, head 9.6)", C.NOT_REPRODUCED),
-              claim(2, "Tile-SVD mounts pass: 182/182", C.NOT_REPRODUCED, "31/126 pass"),
-              claim(2, "Check A1: lift", C.UNINFORMATIVE), claim(2, "Check C1: steer", C.UNINFORMATIVE),
-              claim(2, "Check B1: coverage", C.NOT_REPRODUCED)]
+    claims = [claim(1, "sparsity/ioi", "≈ 8.68 % of directions keep IOI at KL 0.21", C.NOT_REPRODUCED, "72 % kept",
+                    "random KL 0.98"),
+              claim(1, "sparsity/gender", "A sparse set keeps gender (mentions IOI)", C.REPRODUCED),
+              claim(1, "subfunction/salience", "A name mover's directions carry salience (head 9.6)", C.REPRODUCED),
+              claim(1, "subfunction/BOS", "A name mover's directions carry BOS (head 9.6)", C.NOT_REPRODUCED),
+              claim(2, "mounts", "Tile-SVD mounts pass: 182/182", C.UNINFORMATIVE, "31/126 pass"),
+              claim(2, "check/A1", "Check A1: lift", C.UNINFORMATIVE),
+              claim(2, "check/C1", "Check C1: steer", C.UNINFORMATIVE),
+              claim(2, "check/B1", "Check B1: coverage", C.NOT_REPRODUCED)]
     lines = findings(claims).splitlines()
     assert lines[0] == ("- **Paper 1's sparse IOI circuit: not reproduced.** 72 % kept; random KL 0.98. Caveat: c. "
                         "Shown in [n](n).")
@@ -131,3 +134,19 @@ def test_the_readable_copy_drops_progress_bars_and_keeps_what_the_notebook_print
     assert outputs == [table, printed]
     write_readable_copy(tmp_path / "copy.ipynb", tmp_path / "again.ipynb", {})
     assert (tmp_path / "again.ipynb").read_text() == (tmp_path / "copy.ipynb").read_text()
+
+
+def test_grouped_bars_centre_each_group_and_label_each_series_once():
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    heights = {("a", "g1"): 3.0, ("b", "g1"): 5.0, ("c", "g1"): 7.0, ("a", "g2"): 1.0, ("c", "g2"): 2.0}
+    figs.grouped_bars(ax, ["g1", "g2"], ("a", "b", "c"),
+                      lambda s, g: (heights.get((s, g)), f"{s}{g}" if (s, g) in heights else "missing"),
+                      width=0.25, fontsize=10)
+    centres = sorted((round(p.get_x() + p.get_width() / 2, 6), p.get_height()) for p in ax.patches)
+    assert centres == [(-0.25, 3.0), (0.0, 5.0), (0.25, 7.0), (0.75, 1.0), (1.25, 2.0)]
+    assert ax.get_legend_handles_labels()[1] == ["a", "b", "c"]
+    assert [t.get_text() for t in ax.texts if t.get_text() == "missing"] == ["missing"]  # b has no bar in g2
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["g1", "g2"]
+    plt.close(fig)

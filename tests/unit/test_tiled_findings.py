@@ -8,9 +8,10 @@ def test_the_lift_finding_averages_the_tile_partition_gap_and_counts_controls_re
     a = pd.DataFrame(dict(site=["q", "q", "o"], layer=[0, 1, 0], lift_tile=[0.10, 0.20, 0.30],
                           lift_random_partition=[0.11, 0.18, None]))
     control = pd.DataFrame(dict(site=["q", "q", "o"], layer=[0, 1, 0], lift_tile=[0.10, 0.19, 0.31]))
-    text = lift_finding(a, {"random-init": control})
+    text = lift_finding(a, {"random-init": control, "permuted": control.assign(lift_tile=[0.0, 0.0, 0.30])})
     assert "mean |difference| 0.0150" in text  # (0.01 + 0.02) / 2; the row without a partition is left out
-    assert "random-init weights reach the model's tile lift at 2 of 3 site-layers" in text  # equal counts
+    assert text.endswith("; random-init weights reach the model's tile lift at 2 of 3 site-layers, "
+                         "permuted weights at 1 of 3")  # equal counts
 
 
 def test_the_steer_finding_counts_random_wins_and_judged_layers_where_every_line_clears_the_threshold():
