@@ -38,10 +38,9 @@ class TrainingTime:
         if not self.from_cache:
             return f"masks trained in {self.seconds:.0f} s"
         if self.seconds is None:
-            return (f"masks loaded from the cache in {self.call_seconds:.0f} s (their training time was not "
-                    "recorded: they were cached before training times were kept)")
-        return (f"masks loaded from the cache in {self.call_seconds:.0f} s (trained in {self.seconds:.0f} s "
-                f"on {self.trained_on})")
+            return ("masks loaded from the cache (their training time was not recorded: they were cached "
+                    "before training times were kept)")
+        return f"masks loaded from the cache (trained in {self.seconds:.0f} s on {self.trained_on})"
 
     def record(self) -> dict:
         return dict(from_cache=self.from_cache, train_seconds=self.seconds, trained_on=self.trained_on,
