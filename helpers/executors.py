@@ -60,7 +60,7 @@ class SerialExecutor:
     def failure(self, handle, err: Exception) -> str:
         return str(err)
 
-    def close(self) -> None:
+    def close(self, cancel: bool = False) -> None:
         pass
 
 
@@ -120,8 +120,16 @@ class LocalExecutor:
             return "its worker process died (killed, or out of memory), and with it the pool's other runs"
         return str(err)
 
-    def close(self) -> None:
-        self.pool.shutdown(wait=True, cancel_futures=True)
+    def close(self, cancel: bool = False) -> None:
+        """Stop the pool; ``cancel`` (the pipeline was interrupted): stop its workers now, mid-run. Their
+        kernels notice that their parent is gone and exit."""
+        processes = list((getattr(self.pool, "_processes", None) or {}).values())
+        self.pool.shutdown(wait=not cancel, cancel_futures=True)
+        if cancel:
+            for process in processes:
+                process.terminate()
+            for process in processes:
+                process.join(timeout=10)
 
 
 def submitit_module():
@@ -161,6 +169,7 @@ class SlurmExecutor:
         self.gpus_per_run, self.partition, self.poll_s = gpus_per_run, partition, poll_s
         self.executor = submitit.AutoExecutor(folder=self.log_dir / "%j", cluster=cluster)
         self.failed_job_errors = (submitit.core.utils.UncompletedJobError,)
+        self.submitted = []
 
     def check_shared_storage(self, folders: list[Path]) -> None:
         """Refuse to start unless a job sees what the driver wrote in each folder (the cache, the figures'
@@ -193,7 +202,9 @@ class SlurmExecutor:
         if self.partition:
             parameters["slurm_partition"] = self.partition
         self.executor.update_parameters(**parameters)
-        return self.executor.submit(run_job, replace(job, threads=self.threads, stream=True))  # into the job's log
+        handle = self.executor.submit(run_job, replace(job, threads=self.threads, stream=True))  # into the job's log
+        self.submitted.append(handle)
+        return handle
 
     def wait_any(self, handles: list):
         while True:
@@ -212,8 +223,13 @@ class SlurmExecutor:
                     f"{handle.paths.stdout} and {handle.paths.stderr}")
         return str(err)
 
-    def close(self) -> None:
-        pass
+    def close(self, cancel: bool = False) -> None:
+        """``cancel`` (the pipeline was interrupted): cancel the jobs still queued or running, whose results
+        nobody would install."""
+        if cancel:
+            for handle in self.submitted:
+                if not handle.done():
+                    handle.cancel(check=False)
 
 
 def slurm_timeout_min(last_wall_time_s: float | None) -> int:

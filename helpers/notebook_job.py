@@ -104,7 +104,7 @@ def run_job(job: NotebookJob) -> JobOutcome:
                 shutil.rmtree(manager.folder, ignore_errors=True)
         wall = time.time() - start
         if not (staging / SUMMARY_FILE).exists():
-            raise RuntimeError(f"run {job.run!r}: notebook {notebook.name} finished without writing {SUMMARY_FILE}; "
+            raise RuntimeError(f"notebook {notebook.name} finished without writing {SUMMARY_FILE}; "
                                "its last cell must call helpers.summaries.write_summary(out_dir, ...)")
         if job.profile != "full":
             mark_profile(staging / SUMMARY_FILE, executed, job.profile)

@@ -260,11 +260,8 @@ def run_pipeline(runs_file: str | Path = "notebooks/runs.toml", figures_dir: str
     for run in runs:  # every run's parameters, before the first one starts
         check_parameters(runs_file.parent / run.notebook,
                          run.effective_parameters(fast, figures_dir / run.name, profile), run.name)
-    executor = executor or SerialExecutor()
-    try:
-        return _execute(runs, runs_file, figures_dir, build_dir, fast, force, kernel, log, stream, profile, executor)
-    finally:
-        executor.close()
+    return _execute(runs, runs_file, figures_dir, build_dir, fast, force, kernel, log, stream, profile,
+                    executor or SerialExecutor())
 
 
 def selected_runs(runs: list[Run], runs_file: Path, profile: str, only: list[str] | None, sweep: str | None) -> list[Run]:
@@ -325,10 +322,6 @@ def _execute(runs, runs_file, figures_dir, build_dir, fast, force, kernel, log, 
     previous = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
     records = {r["name"]: r for r in previous.get("runs", [])}
     environment = environment_record(executor.threads)
-    if executor.capacity > 1:
-        prepare_models(models_of(runs, runs_file), log)
-    if hasattr(executor, "check_shared_storage"):
-        executor.check_shared_storage([cache_dir(), figures_dir, build_dir])
     selected = {r.name for r in runs}
     pending, running, finished, errors = list(runs), {}, set(), []
     position = {r.name: i for i, r in enumerate(runs, 1)}
@@ -336,68 +329,58 @@ def _execute(runs, runs_file, figures_dir, build_dir, fast, force, kernel, log, 
     def tag(run: Run) -> str:
         return f"[{position[run.name]}/{len(runs)}] {run.name}"
 
-    while pending or running:
-        for run in list(pending):
-            if errors:  # the first failure stops the release of further runs
-                pending.clear()
-                break
-            if len(running) >= executor.capacity:
-                break
-            if any(d in selected and d not in finished for d in run.after):
-                continue  # released once every run it reads has finished here
-            pending.remove(run)
-            out_dir = figures_dir / run.name
-            params = run.effective_parameters(fast, out_dir, profile)
-            notebook = runs_file.parent / run.notebook
-            state_file = build_dir / "state" / f"{run.name}.json"
-            dependencies = {name: _result_digest(build_dir, figures_dir, name) for name in run.after}
-            run_fingerprint = fingerprint(run, notebook, params, runs_file, dependencies, environment)
-            state = json.loads(state_file.read_text()) if state_file.exists() else {}
-            if not force and state.get("fingerprint") == run_fingerprint and (out_dir / SUMMARY_FILE).exists():
-                log(f"{tag(run)}: unchanged since its last run, reused")
-                finished.add(run.name)
-                continue
-            last_wall = state.get("wall_time_s") or (records.get(run.name) or {}).get("wall_time_s")
-            # From here on the old result is not current: no record of it survives a failure.
-            state_file.unlink(missing_ok=True)
-            if records.pop(run.name, None) is not None:
-                _write_manifest(manifest_path, records, runs_file)
-            for left in figures_dir.glob(f".tmp-{run.name}-*"):  # staging of a run killed before it could clean up
-                shutil.rmtree(left, ignore_errors=True)
-            shown = {k: v for k, v in params.items() if k != "out_dir"}
-            job = NotebookJob(run.name, str(notebook), str(build_dir / "notebooks" / f"{run.name}.ipynb"), shown,
-                              str(figures_dir), f"{figures_dir.name}/{run.name}", profile, kernel, stream,
-                              environment={CACHE_ENV: str(cache_dir())})
-            log(f"{tag(run)}: running {run.notebook} with {shown}" +
-                (f" ({executor.name} executor)" if executor.name != "serial" else ""))
-            try:
-                handle = executor.submit(job, timeout_min=slurm_timeout_min(last_wall))
-            except Exception as err:  # noqa: BLE001 — the serial executor runs the job inside submit
-                errors.append(f"run {run.name!r} did not finish: {err}")
-                continue
-            running[handle] = (run, out_dir, run_fingerprint, shown, job)
-        if not running:
-            break
-        handle = executor.wait_any(list(running))
-        run, out_dir, run_fingerprint, shown, job = running.pop(handle)
+    def release(run: Run) -> None:
+        """Reuse the run, or hand it to the executor (its old record dropped: it is not current any more)."""
+        out_dir = figures_dir / run.name
+        params = run.effective_parameters(fast, out_dir, profile)
+        notebook = runs_file.parent / run.notebook
+        state_file = build_dir / "state" / f"{run.name}.json"
+        dependencies = {name: _result_digest(build_dir, figures_dir, name) for name in run.after}
+        run_fingerprint = fingerprint(run, notebook, params, runs_file, dependencies, environment)
+        state = json.loads(state_file.read_text()) if state_file.exists() else {}
+        if not force and state.get("fingerprint") == run_fingerprint and (out_dir / SUMMARY_FILE).exists():
+            log(f"{tag(run)}: unchanged since its last run, reused")
+            finished.add(run.name)
+            return
+        last_wall = state.get("wall_time_s") or (records.get(run.name) or {}).get("wall_time_s")
+        # From here on the old result is not current: no record of it survives a failure.
+        state_file.unlink(missing_ok=True)
+        if records.pop(run.name, None) is not None:
+            _write_manifest(manifest_path, records, runs_file)
+        _remove_staging(figures_dir, run.name)  # of a run killed before it could clean up
+        shown = {k: v for k, v in params.items() if k != "out_dir"}
+        job = NotebookJob(run.name, str(notebook), str(build_dir / "notebooks" / f"{run.name}.ipynb"), shown,
+                          str(figures_dir), f"{figures_dir.name}/{run.name}", profile, kernel, stream,
+                          environment={CACHE_ENV: str(cache_dir())})
+        log(f"{tag(run)}: running {run.notebook} with {shown}" +
+            (f" ({executor.name} executor)" if executor.name != "serial" else ""))
+        try:
+            handle = executor.submit(job, timeout_min=slurm_timeout_min(last_wall))
+        except Exception as err:  # noqa: BLE001 — the serial executor runs the job inside submit
+            errors.append(f"run {run.name!r} did not finish: {err}")
+            return
+        running[handle] = (run, out_dir, run_fingerprint, shown)
+
+    def collect(handle) -> None:
+        """Install a finished job's result and record it, or keep its error."""
+        run, out_dir, run_fingerprint, shown = running.pop(handle)
         try:
             outcome = executor.outcome(handle)
         except Exception as err:  # noqa: BLE001 — a job that died: its error names the run
             errors.append(f"run {run.name!r} did not finish: {executor.failure(handle, err)}")
-            for left in figures_dir.glob(f".tmp-{run.name}-*"):
-                shutil.rmtree(left, ignore_errors=True)
-            continue
+            _remove_staging(figures_dir, run.name)
+            return
         if outcome.error is not None:
             kept = (f"\n{out_dir} still holds the previous result, which the manifest no longer lists"
                     if out_dir.exists() else "")
             errors.append(f"run {run.name!r} {outcome.error}{kept}")
-            continue
+            return
         summary = json.loads((Path(outcome.staging) / SUMMARY_FILE).read_text())
         if summary.get("torch_threads", environment["torch_threads"]) != environment["torch_threads"]:
             shutil.rmtree(outcome.staging, ignore_errors=True)
             errors.append(f"run {run.name!r} ran with {summary['torch_threads']} torch threads, but its fingerprint "
                           f"assumed {environment['torch_threads']}: its result is not recorded")
-            continue
+            return
         install_result(Path(outcome.staging), out_dir)
         records[run.name] = dict(
             name=run.name, notebook=run.notebook, profile=profile, parameters=shown,
@@ -409,9 +392,37 @@ def _execute(runs, runs_file, figures_dir, build_dir, fast, force, kernel, log, 
         log(f"{tag(run)}: done in {outcome.wall_time_s:.0f} s")
         _write_manifest(manifest_path, records, runs_file)
         finished.add(run.name)
+
+    interrupted = True
+    try:
+        if executor.capacity > 1:
+            prepare_models(models_of(runs, runs_file), log)
+        if hasattr(executor, "check_shared_storage"):
+            executor.check_shared_storage([cache_dir(), figures_dir, build_dir])
+        while pending or running:
+            for run in list(pending):
+                if errors:  # the first failure stops the release of further runs
+                    pending.clear()
+                elif len(running) < executor.capacity and not any(d in selected and d not in finished
+                                                                      for d in run.after):
+                    pending.remove(run)  # released once every run it reads has finished here
+                    release(run)
+            if not running:
+                break
+            collect(executor.wait_any(list(running)))
+        interrupted = False
+    finally:
+        executor.close(cancel=interrupted)
+        for run, *_ in running.values():  # jobs cut short by an interruption: nothing of theirs is kept
+            _remove_staging(figures_dir, run.name)
     if errors:
         raise PipelineError("\n".join(errors))
     return _write_manifest(manifest_path, records, runs_file)
+
+
+def _remove_staging(figures_dir: Path, name: str) -> None:
+    for left in figures_dir.glob(f".tmp-{name}-*"):
+        shutil.rmtree(left, ignore_errors=True)
 
 
 def _result_digest(build_dir: Path, figures_dir: Path, name: str) -> str:

@@ -140,3 +140,28 @@ def test_a_job_killed_midway_in_the_local_pool_leaves_the_old_figures_whole(tmp_
 def test_a_slurm_job_killed_midway_names_its_logs_and_leaves_the_old_figures_whole(tmp_path, submitit_importable):
     error = killed_midway(tmp_path, SlurmExecutor(tmp_path / "logs", threads=1, cluster="local", poll_s=0.2))
     assert "run 'a' did not finish: SLURM job" in error and "ended without a result" in error and "_log.err" in error
+
+
+def test_an_interrupted_local_pool_stops_its_workers_and_keeps_nothing_of_their_runs(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    path = runs_file(tmp_path, wait=120.0)
+    figures = tmp_path / "figures"
+    command = [sys.executable, "-m", "helpers.pipeline", "--runs", str(path), "--figures", str(figures),
+               "--build", str(tmp_path / "build"), "--executor", "local", "--workers", "2", "--threads", "1",
+               "--only", "a", "b"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    deadline = time.time() + 120
+    while time.time() < deadline and len(list(figures.glob(".tmp-*"))) < 2:
+        time.sleep(0.2)
+    time.sleep(5)  # both kernels are in their 120 s wait now
+    start = time.time()
+    process.send_signal(signal.SIGTERM)
+    process.wait(timeout=60)
+    assert process.returncode != 0 and time.time() - start < 30  # it did not wait for the runs to end
+    assert not list(figures.glob(".tmp-*")) and not (figures / "a").exists() and not (figures / "b").exists()

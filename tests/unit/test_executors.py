@@ -53,7 +53,7 @@ class FakeExecutor:
     def failure(self, handle, err):
         return str(err)
 
-    def close(self):
+    def close(self, cancel=False):
         self.log.append(("close",))
 
 
