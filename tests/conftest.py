@@ -1,5 +1,8 @@
 import functools
+import os
 import socket
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -66,3 +69,19 @@ def no_network(request, monkeypatch):
     monkeypatch.setattr(socket.socket, "connect_ex", refuse)
     monkeypatch.setattr(socket, "getaddrinfo", resolve_loopback_only)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+CLUSTER_DEPS = Path(__file__).resolve().parents[1] / ".cluster-deps"
+CLUSTER_PACKAGES = "submitit==1.5.4 cloudpickle==3.1.2"
+
+
+@pytest.fixture
+def submitit_importable(monkeypatch):
+    """submitit for the SLURM executor's tests, from .cluster-deps: `make test` installs it there, apart from
+    .venv, so that installing it changes no run's record of the installed packages. The folder goes on
+    PYTHONPATH too, for the job processes submitit starts. Missing, the test fails with the command."""
+    if not (CLUSTER_DEPS / "submitit").is_dir():
+        pytest.fail(f"submitit is not in {CLUSTER_DEPS}: run `make test`, or `.venv/bin/python -m pip install "
+                    f"--target .cluster-deps --no-deps {CLUSTER_PACKAGES}`")
+    monkeypatch.setattr(sys, "path", [*sys.path, str(CLUSTER_DEPS)])
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), str(CLUSTER_DEPS)])))

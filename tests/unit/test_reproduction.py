@@ -105,7 +105,7 @@ def test_the_summary_figures_read_the_ledger_and_the_judges():
 
 
 def test_no_committed_executed_notebook_shows_a_progress_bar():
-    from helpers.pipeline import PROGRESS_BAR
+    from helpers.notebook_job import PROGRESS_BAR
 
     for path in sorted((ROOT / "figures").glob("*/notebook.ipynb")):
         notebook = json.loads(path.read_text(encoding="utf-8"))
@@ -117,7 +117,7 @@ def test_no_committed_executed_notebook_shows_a_progress_bar():
 
 
 def test_the_readable_copy_drops_progress_bars_and_keeps_what_the_notebook_printed(tmp_path):
-    from helpers.pipeline import write_readable_copy
+    from helpers.notebook_job import write_readable_copy
 
     bar = {"output_type": "display_data", "metadata": {},
            "data": {"text/plain": ["faithfulness curve:   0%|          | 0/12 [00:00<?, ?it/s]"]}}

@@ -1,0 +1,111 @@
+"""The runs file (``notebooks/runs.toml``): the declared runs, in order, and the sweeps that expand into runs.
+
+A ``[[runs]]`` entry is one notebook with its parameters. A ``[[sweeps]]`` entry is one notebook over a list
+of parameter sets: each set becomes a run of its own, named ``<sweep>-<name><value>…`` after the parameters
+it sets, with its own folder, fingerprint and manifest record. Sweeps run only when asked for
+(``python -m helpers.pipeline --sweep NAME``), never in the default pipeline: they are what a user sends
+to a cluster, not the reference figures.
+"""
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+class PipelineError(RuntimeError):
+    pass
+
+
+@dataclass
+class Run:
+    name: str
+    notebook: str
+    parameters: dict = field(default_factory=dict)
+    inputs: list = field(default_factory=list)  # files/folders it reads, relative to runs.toml's folder
+    after: list = field(default_factory=list)  # runs whose results it reads (they come earlier in the file)
+    workshop: dict | None = None  # parameters over ``parameters`` in the workshop profile; None: not in it
+    sweep: str | None = None  # the sweep it comes from; None for a [[runs]] entry
+
+    def effective_parameters(self, fast: bool, out_dir: Path, profile: str = "full") -> dict:
+        workshop = (self.workshop or {}) if profile == "workshop" else {}
+        return {**self.parameters, **workshop, "fast": fast, "out_dir": str(out_dir.resolve())}
+
+
+SWEEP_KEYS = ("name", "notebook", "parameters", "parameter_sets", "inputs", "after")
+
+
+def _slug(value) -> str:
+    """A parameter value as part of a folder name: letters, digits, '.' and '_' only."""
+    text = str(value).lower() if isinstance(value, bool) else str(value)
+    return re.sub(r"[^A-Za-z0-9._]+", "_", text).strip("_") or "empty"
+
+
+def sweep_run_name(sweep: str, parameter_set: dict) -> str:
+    """``<sweep>-<name><value>-…`` over the set's parameters, sorted by name: ``ioi-seeds-seed1``."""
+    return "-".join([sweep, *(f"{name}{_slug(value)}" for name, value in sorted(parameter_set.items()))])
+
+
+def expand_sweep(entry: dict, path: Path) -> list[Run]:
+    """The runs of one ``[[sweeps]]`` entry: the shared ``parameters`` with each of ``parameter_sets`` over
+    them, in the declared order."""
+    name = entry.get("name")
+    unknown = sorted(set(entry) - set(SWEEP_KEYS))
+    if unknown:
+        raise PipelineError(f"{path}: sweep {name!r} has unknown keys {unknown}; a sweep has {list(SWEEP_KEYS)}")
+    missing = [key for key in ("name", "notebook", "parameter_sets") if key not in entry]
+    if missing:
+        raise PipelineError(f"{path}: sweep {name!r} lacks {missing}; for example parameter_sets = "
+                            "[{ seed = 1 }, { seed = 2 }]")
+    sets = entry["parameter_sets"]
+    if not isinstance(sets, list) or not sets or not all(isinstance(s, dict) and s for s in sets):
+        raise PipelineError(f"{path}: sweep {name!r}: parameter_sets must be a non-empty list of non-empty tables, "
+                            f"such as [{{ seed = 1 }}, {{ seed = 2 }}]; got {sets!r}")
+    shared = entry.get("parameters", {})
+    return [Run(sweep_run_name(name, parameter_set), entry["notebook"], {**shared, **parameter_set},
+                list(entry.get("inputs", [])), list(entry.get("after", [])), sweep=name)
+            for parameter_set in sets]
+
+
+def load_runs(path: str | Path) -> list[Run]:
+    """The declared runs, in order, then the runs of each sweep; names must be unique, notebooks and inputs
+    must exist, and a run may read (``after``) only runs declared before it."""
+    path = Path(path)
+    with open(path, "rb") as handle:
+        table = tomllib.load(handle)
+    runs = []
+    for entry in table.get("runs", []):
+        allowed = set(Run.__dataclass_fields__) - {"sweep"}  # set by a [[sweeps]] entry only
+        unknown = sorted(set(entry) - allowed)
+        if unknown:
+            raise PipelineError(f"{path}: run {entry.get('name')!r} has unknown keys {unknown}; a run has {sorted(allowed)}")
+        runs.append(Run(**entry))
+    for entry in table.get("sweeps", []):
+        runs += expand_sweep(entry, path)
+    names = [r.name for r in runs]
+    duplicated = sorted({n for n in names if names.count(n) > 1})
+    if duplicated:
+        raise PipelineError(f"{path}: run names must be unique (a sweep's runs are named after its parameter sets); "
+                            f"repeated: {duplicated}")
+    for index, run in enumerate(runs):
+        if not (path.parent / run.notebook).exists():
+            raise PipelineError(f"{path}: run {run.name!r} names notebook {run.notebook!r}, "
+                                f"which is not in {path.parent}")
+        for dependency in run.after:
+            if dependency not in names[:index]:
+                raise PipelineError(f"{path}: run {run.name!r} reads the results of {dependency!r}, which is not a "
+                                    f"run declared before it; runs before it are {names[:index]}")
+        if run.workshop is not None:
+            if not isinstance(run.workshop, dict):
+                raise PipelineError(f"{path}: run {run.name!r}: workshop must be a table of parameters "
+                                    f"([runs.workshop]), not {run.workshop!r}")
+            outside = [d for d in run.after if runs[names.index(d)].workshop is None]
+            if outside:
+                raise PipelineError(f"{path}: run {run.name!r} is in the workshop profile but reads the results "
+                                    f"of {outside}, which are not: give them a [runs.workshop] table too")
+        for item in run.inputs:
+            if not (path.parent / item).exists():
+                raise PipelineError(f"{path}: run {run.name!r} declares input {item!r}, which does not exist "
+                                    f"(paths are relative to {path.parent})")
+    return runs
