@@ -36,13 +36,14 @@ def rounding_tolerance(a: float, b: float) -> float:
     return min(half_unit, 5e-3)  # no summary was rounded more coarsely than 2 decimals
 
 
-RULE_KEYS = {"name", "runs", "paths", "absolute", "relative", "why"}
+RULE_KEYS = {"name", "runs", "paths", "absolute", "relative", "exempt", "why"}
 
 
 @dataclass(frozen=True)
 class Rule:
     """How far one kind of number may move: its runs and summary paths ("*" matches anything; a list index
-    is written [], as in ".check_c[].rho_tile"), and an absolute or relative bound (either suffices)."""
+    is written [], as in ".check_c[].rho_tile"), and an absolute or relative bound (either suffices).
+    ``exempt``: values that name bytes rather than measure anything (a file's sha256), not compared."""
 
     name: str
     runs: tuple[str, ...]
@@ -50,12 +51,17 @@ class Rule:
     absolute: float
     relative: float
     why: str
+    exempt: bool = False
 
     def covers(self, run: str, path: str) -> bool:
         return (any(_glob(p).fullmatch(run) for p in self.runs)
                 and any(_glob(p).fullmatch(re.sub(r"\[\d+\]", "[]", path)) for p in self.paths))
 
-    def allows(self, old: float, new: float) -> bool:
+    def allows(self, old, new) -> bool:
+        if self.exempt:
+            return True
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (old, new)):
+            return False  # a bound admits numbers only: strings and booleans must agree
         gap = abs(old - new)
         return gap <= self.absolute or gap <= self.relative * max(abs(old), abs(new))
 
@@ -78,10 +84,14 @@ def load_tolerances(path: Path) -> list[Rule]:
         if missing:
             raise ValueError(f"{where} lacks {missing}")
         absolute, relative = float(entry.get("absolute", 0.0)), float(entry.get("relative", 0.0))
-        if absolute < 0 or relative < 0 or absolute == relative == 0:
+        exempt = entry.get("exempt", False) is True
+        if exempt and (absolute or relative):
+            raise ValueError(f"{where}: an exempt rule has no bound")
+        if not exempt and (absolute < 0 or relative < 0 or absolute == relative == 0):
             raise ValueError(f"{where}: give a positive absolute or relative bound (absolute={absolute}, "
-                             f"relative={relative})")
-        rules.append(Rule(entry["name"], tuple(entry["runs"]), tuple(entry["paths"]), absolute, relative, entry["why"]))
+                             f"relative={relative}), or exempt = true")
+        rules.append(Rule(entry["name"], tuple(entry["runs"]), tuple(entry["paths"]), absolute, relative,
+                          entry["why"], exempt))
     return rules
 
 
@@ -128,6 +138,8 @@ def compare(old, new, path="", out=None, within=None):
         out["different"].append((path, old, new))
     elif old == new:
         out["identical"] += 1
+    elif within is not None and (rule := within(path, old, new)) is not None:
+        out["tolerated"][rule] = out["tolerated"].get(rule, 0) + 1  # an exempt identifier
     else:
         out["different"].append((path, old, new))
     return out

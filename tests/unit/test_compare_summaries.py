@@ -61,6 +61,16 @@ def test_a_declared_tolerance_admits_its_kind_of_number_up_to_its_bound_and_noth
     assert elsewhere["tolerated"] == {}  # another run: no rule applies
 
 
+def test_an_exempt_rule_sets_identifiers_aside_and_a_bound_never_admits_a_string(tmp_path):
+    declared = rules(tmp_path, RULES + '[[rule]]\nname = "digests"\nruns = ["04_*"]\npaths = [".files[].sha256"]\n'
+                                       'exempt = true\nwhy = "names bytes"\n')
+    within = tool.tolerance_of(declared, "04_x")
+    result = tool.compare({"files": [{"sha256": "aa"}], "check_c": [{"rho_tile": "pass"}]},
+                          {"files": [{"sha256": "bb"}], "check_c": [{"rho_tile": "fail"}]}, within=within)
+    assert result["tolerated"] == {"digests": 1}
+    assert [p for p, _, _ in result["different"]] == [".check_c[0].rho_tile"]
+
+
 def test_a_tolerance_file_with_a_typo_or_no_bound_is_refused(tmp_path):
     import pytest
 
@@ -68,6 +78,8 @@ def test_a_tolerance_file_with_a_typo_or_no_bound_is_refused(tmp_path):
         rules(tmp_path, RULES.replace("absolute = 1e-3", "absolut = 1e-3"))
     with pytest.raises(ValueError, match="positive absolute or relative bound"):
         rules(tmp_path, RULES.replace("absolute = 1e-3", "absolute = 0.0"))
+    with pytest.raises(ValueError, match="an exempt rule has no bound"):
+        rules(tmp_path, RULES.replace("absolute = 1e-3", "absolute = 1e-3\nexempt = true"))
     with pytest.raises(ValueError, match=r"lacks \['why'\]"):
         rules(tmp_path, RULES.replace('why = "drift 0.21 %"', ""))
 
@@ -86,8 +98,8 @@ def test_every_declared_device_tolerance_covers_numbers_of_the_committed_summari
         elif isinstance(value, list):
             for index, item in enumerate(value):
                 yield from paths(item, f"{path}[{index}]")
-        elif isinstance(value, (int, float)) and not isinstance(value, bool):
-            yield path
+        elif not isinstance(value, bool) and value is not None:
+            yield path  # numbers, and the strings an exempt rule covers
 
     covered = {rule.name: 0 for rule in declared}
     for summary in (root / "figures").glob("*/summary.json"):
