@@ -19,3 +19,93 @@ def test_rounding_is_equal_a_real_change_is_not_and_timings_are_set_aside():
     assert [path for path, _, _ in result["different"]] == [".rows[1].rho"]  # 0.02 is more than any rounding
     assert result["only_old"] == [".gone"] and result["only_new"] == [".added"]
     assert result["timing"] == [(".train_seconds", 30.0, 99.0)]
+
+
+RULES = """
+[[rule]]
+name = "rho"
+runs = ["04_*"]
+paths = [".check_c[].rho_*"]
+absolute = 1e-3
+why = "drift 2.4e-4"
+
+[[rule]]
+name = "sizes"
+runs = ["04_*", "05_*"]
+paths = [".dose[].size"]
+relative = 5e-3
+why = "drift 0.21 %"
+"""
+
+
+def rules(tmp_path, text=RULES):
+    path = tmp_path / "tolerance.toml"
+    path.write_text(text)
+    return tool.load_tolerances(path)
+
+
+def test_a_declared_tolerance_admits_its_kind_of_number_up_to_its_bound_and_nothing_else(tmp_path):
+    within = tool.tolerance_of(rules(tmp_path), "04_tiled_svd-gemma-3-270m")
+    old = {"check_c": [{"rho_tile": 0.51234, "rho_random": 0.51234, "n": 3}], "dose": [{"size": 2.00001}],
+           "rho_tile": 0.51234, "verdict": "pass"}
+    new = {"check_c": [{"rho_tile": 0.51324, "rho_random": 0.51345, "n": 4}], "dose": [{"size": 2.01}],
+           "rho_tile": 0.51324, "verdict": "fail"}
+    result = tool.compare(old, new, within=within)
+    assert result["tolerated"] == {"rho": 1, "sizes": 1}  # 9e-4 ≤ 1e-3; 0.00999 ≤ 5e-3 × 2.01
+    assert [p for p, _, _ in result["different"]] == [
+        ".check_c[0].n",  # a count: no rule covers it
+        ".check_c[0].rho_random",  # 1.11e-3: just outside the bound
+        ".rho_tile",  # the same name at another path: not covered
+        ".verdict"]  # strings must agree exactly
+    elsewhere = tool.compare(old, new, within=tool.tolerance_of(rules(tmp_path), "06_steering"))
+    assert elsewhere["tolerated"] == {}  # another run: no rule applies
+
+
+def test_an_exempt_rule_sets_identifiers_aside_and_a_bound_never_admits_a_string(tmp_path):
+    declared = rules(tmp_path, RULES + '[[rule]]\nname = "digests"\nruns = ["04_*"]\npaths = [".files[].sha256"]\n'
+                                       'exempt = true\nwhy = "names bytes"\n')
+    within = tool.tolerance_of(declared, "04_x")
+    result = tool.compare({"files": [{"sha256": "aa"}], "check_c": [{"rho_tile": "pass"}]},
+                          {"files": [{"sha256": "bb"}], "check_c": [{"rho_tile": "fail"}]}, within=within)
+    assert result["tolerated"] == {"digests": 1}
+    assert [p for p, _, _ in result["different"]] == [".check_c[0].rho_tile"]
+
+
+def test_a_tolerance_file_with_a_typo_or_no_bound_is_refused(tmp_path):
+    import pytest
+
+    with pytest.raises(ValueError, match=r"unknown keys \['absolut'\]"):
+        rules(tmp_path, RULES.replace("absolute = 1e-3", "absolut = 1e-3"))
+    with pytest.raises(ValueError, match="positive absolute or relative bound"):
+        rules(tmp_path, RULES.replace("absolute = 1e-3", "absolute = 0.0"))
+    with pytest.raises(ValueError, match="an exempt rule has no bound"):
+        rules(tmp_path, RULES.replace("absolute = 1e-3", "absolute = 1e-3\nexempt = true"))
+    with pytest.raises(ValueError, match=r"lacks \['why'\]"):
+        rules(tmp_path, RULES.replace('why = "drift 0.21 %"', ""))
+
+
+def test_every_declared_device_tolerance_covers_numbers_of_the_committed_summaries():
+    import json
+    import re
+
+    root = Path(__file__).resolve().parents[2]
+    declared = tool.load_tolerances(root / "data" / "device_tolerance.toml")
+
+    def paths(value, path=""):
+        if isinstance(value, dict):
+            for key, item in value.items():
+                yield from paths(item, f"{path}.{key}")
+        elif isinstance(value, list):
+            for index, item in enumerate(value):
+                yield from paths(item, f"{path}[{index}]")
+        elif not isinstance(value, bool) and value is not None:
+            yield path  # numbers, and the strings an exempt rule covers
+
+    covered = {rule.name: 0 for rule in declared}
+    for summary in (root / "figures").glob("*/summary.json"):
+        for path in set(paths(json.loads(summary.read_text()))):
+            rule = next((r for r in declared if r.covers(summary.parent.name, path)), None)
+            if rule is not None:
+                covered[rule.name] += 1
+    assert all(covered.values()), f"rules that cover no number (a mistyped pattern?): {covered}"
+    assert not any(re.search(r"seconds|threads|alpha|seed|steps", p) for r in declared for p in r.paths)
