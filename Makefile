@@ -16,7 +16,7 @@ FAST   ?=
 PROFILE ?=
 EXECUTOR ?=
 
-.PHONY: env figures evaluations test test-fast benchmark clean-figures
+.PHONY: env figures evaluations test test-fast test-gpu benchmark clean-figures
 
 env: $(STAMP)
 
@@ -55,6 +55,10 @@ test: $(STAMP) $(BROWSER_STAMP) $(CLUSTER_STAMP)
 # Tiny synthetic models only (seconds).
 test-fast: $(STAMP) $(CLUSTER_STAMP)
 	$(BIN)/python -m pytest -m "not slow"
+
+# The CUDA tests (deselected everywhere else): CPU/GPU parity on tiny models, determinism, cache keys.
+test-gpu: $(STAMP)
+	$(BIN)/python -m pytest --run-gpu -m gpu
 
 benchmark: $(STAMP)
 	$(BIN)/python benchmarks/augmented_svd.py

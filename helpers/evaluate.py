@@ -19,6 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from helpers.core.cache import atomic_write_json
+from helpers.core.device import DeviceUnavailableError
 from helpers.core.models import ModelUnavailableError, load_model
 from helpers.summaries import summary_value
 from helpers.singular.circuit_files import check_model, circuit_prompts, load_circuit
@@ -59,7 +60,7 @@ def evaluate_file(path: str | Path, n_prompts: int = 96, seed: int | None = None
     result = scorer.score(circuit.fixed(), circuit.scores)
     return dict(file=str(path), label=circuit.metadata["label"], model=saved["model"], task=circuit.metadata["task"]["name"],
                 ablation_rule=circuit.metadata["ablation_rule"]["name"], kept_rule=circuit.metadata["kept_rule"],
-                seed=seed, n_prompts=len(prompts), removed_as_seen=removed, **result)
+                seed=seed, n_prompts=len(prompts), removed_as_seen=removed, numerics=model.numerics(), **result)
 
 
 def report(result: dict) -> str:
@@ -97,13 +98,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--control-seeds", type=int, default=3, help="random controls (default 3)")
     parser.add_argument("--ranking", choices=RANKINGS, default="signed", help="how scores rank directions")
     parser.add_argument("--weights-dir", default=None, help="local Hugging Face folder for a hub model")
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--device", default="auto", help="auto (default: cuda where a GPU is present, else cpu), cpu "
+                                                         "or cuda (refused without a GPU)")
     parser.add_argument("--json", default=None, help="also write the numbers to this JSON file")
     args = parser.parse_args(argv)
     try:
         result = evaluate_file(args.circuit, args.prompts, args.seed, args.control_seeds, args.ranking,
                                weights_dir=args.weights_dir, device=args.device)
-    except (FileNotFoundError, ValueError, ModelUnavailableError) as err:
+    except (FileNotFoundError, ValueError, ModelUnavailableError, DeviceUnavailableError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(report(result))

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from helpers.core.cache import atomic_write_json, atomic_write_text, sha256_file
+from helpers.core.device import DeviceUnavailableError, configure, resolve_device
 from helpers.pipeline import PACKAGE_ROOT, _imported_helpers, _module_file, environment_record
 from helpers.summaries import SUMMARY_FILE, summary_value
 
@@ -50,13 +51,14 @@ def evaluator_sources() -> list[Path]:
     return sorted(seen)
 
 
-def evaluator_inputs() -> bytes:
-    """What every report depends on besides its circuit: the settings, the evaluator's code, the packages and
-    the thread count. Read once per command, not once per circuit."""
+def evaluator_inputs(device: str = "cpu") -> bytes:
+    """What every report depends on besides its circuit: the settings, the evaluator's code, the packages,
+    the thread count and the device's numerics (``device``, resolved). Read once per command, not once per
+    circuit."""
     parts = [json.dumps(SETTINGS, sort_keys=True).encode()]
     for source in evaluator_sources():
         parts += [str(source.relative_to(PACKAGE_ROOT)).encode(), source.read_bytes()]
-    parts.append(json.dumps(environment_record(), sort_keys=True).encode())
+    parts.append(json.dumps(environment_record(device=device), sort_keys=True).encode())
     return b"".join(parts)
 
 
@@ -158,7 +160,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--figures", default="figures", help="the figures folder (default figures)")
     parser.add_argument("--only", nargs="+", default=None, help="circuit labels to score (default all)")
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if a report is missing or stale")
+    parser.add_argument("--device", default="auto", help="auto (default: cuda where a GPU is present, else cpu), cpu "
+                                                         "or cuda; a report is current only for the device it was "
+                                                         "scored on")
     args = parser.parse_args(argv)
+    try:
+        device = resolve_device(args.device)
+    except (DeviceUnavailableError, ValueError) as err:
+        print(f"error: --device {args.device}: {err}", file=sys.stderr)
+        return 2
+    configure(device)
     figures = Path(args.figures)
     circuits = committed_circuits(figures)
     labels = {c.stem for _, c, _ in circuits}
@@ -169,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     if not circuits:
         print(f"error: no summary under {figures} lists circuit files", file=sys.stderr)
         return 2
-    problems, current, models, evaluator = [], [], {}, evaluator_inputs()
+    problems, current, models, evaluator = [], [], {}, evaluator_inputs(device)
     for index, (run, circuit, recorded) in enumerate(circuits, 1):
         state, why = report_state(figures, run, circuit, recorded, evaluator)
         step = f"[{index}/{len(circuits)}] {circuit.stem}"
@@ -185,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
             saved = load_circuit(circuit).metadata["model"]
             key = (saved["model"], json.dumps(saved["processing"], sort_keys=True))
             if key not in models:  # one load per model; evaluate_file checks it against each file
-                models[key] = load_model(saved["model"], processing=saved["processing"])
+                models[key] = load_model(saved["model"], processing=saved["processing"], device=device)
             result = evaluate_file(circuit, SETTINGS["n_prompts"], SETTINGS["seed"], SETTINGS["control_seeds"],
                                    SETTINGS["ranking"], model=models[key])
             path, sha = report_path(figures, run, circuit), sha256_file(circuit)

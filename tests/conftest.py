@@ -16,8 +16,8 @@ PROMPTS = ["When Mary and John went to the store, John gave a drink to",
 
 
 @functools.lru_cache(maxsize=None)
-def cached_model(name: str, processing: str):
-    return load_model(name, processing=processing)
+def cached_model(name: str, processing: str, device: str = "cpu"):
+    return load_model(name, processing=processing, device=device)
 
 
 @functools.lru_cache(maxsize=None)
@@ -38,10 +38,29 @@ def final_residual(model, task) -> torch.Tensor:
     return cache[last][torch.arange(len(task)), task.answer_pos].double()
 
 
+def pytest_addoption(parser):
+    parser.addoption("--run-gpu", action="store_true",
+                     help="run the tests marked gpu (they need CUDA: make test-gpu); without it they are deselected")
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if any(name in item.name for name in EMBEDDED_MODELS):
             item.add_marker(pytest.mark.slow)
+    if config.getoption("--run-gpu"):
+        if not torch.cuda.is_available():
+            raise pytest.UsageError("--run-gpu: torch sees no CUDA GPU on this machine (torch.cuda.is_available() is False)")
+        return
+    gpu = [item for item in items if item.get_closest_marker("gpu")]
+    if gpu:  # reported as deselected, never as passed or skipped
+        config.hook.pytest_deselected(items=gpu)
+        items[:] = [item for item in items if not item.get_closest_marker("gpu")]
+
+
+@pytest.fixture(params=["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def device(request):
+    """Each device a test's public entry points must work on: the CPU everywhere, CUDA under --run-gpu."""
+    return request.param
 
 
 class NetworkBlocked(ConnectionRefusedError):

@@ -6,7 +6,8 @@
 For a refactoring that must not change results: prints, per run, how many numbers are identical, how many
 differ only by rounding (by less than half a unit in the last written decimal of the coarser side), how
 many NaNs are now written as null, which differ by more (path, old, new), keys present on one side only,
-and wall times (compared never). Exits 1 when a number differs by more than rounding.
+and wall times and the record of where a run computed (``numerics``: device, builds, flags), which are shown
+and never compared. Exits 1 when a number differs by more than rounding.
 
 With ``--tolerance FILE`` (for results computed on another device, where rounding alone cannot hold): a
 number that differs by more than rounding passes when a rule of FILE covers its run and path and it lies
@@ -25,6 +26,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMING = ("seconds", "wall_time")
+RECORDS = (".numerics.",)  # where a run computed (device, builds, flags): shown, never compared
 
 
 def rounding_tolerance(a: float, b: float) -> float:
@@ -108,7 +110,7 @@ def compare(old, new, path="", out=None, within=None):
     """Every number of ``old`` against ``new`` (see the module docstring); ``within(path, old, new)`` names the
     tolerance that admits a number beyond rounding, or None."""
     out = out if out is not None else dict(identical=0, rounding=0, largest_rounding=0.0, nan_as_null=0, different=[], only_old=[], only_new=[],
-                                           timing=[], tolerated={})
+                                           timing=[], records=[], tolerated={})
     if any(word in path for word in TIMING):
         out["timing"].append((path, old, new))
     elif isinstance(old, dict) and isinstance(new, dict):
@@ -122,6 +124,9 @@ def compare(old, new, path="", out=None, within=None):
     elif isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
         for index, (a, b) in enumerate(zip(old, new)):
             compare(a, b, f"{path}[{index}]", out, within)
+    elif path.startswith(RECORDS):
+        if old != new:
+            out["records"].append((path, old, new))
     elif isinstance(old, (int, float)) and isinstance(new, (int, float)) and not isinstance(old, bool):
         if old == new:
             out["identical"] += 1
@@ -174,6 +179,8 @@ def main() -> int:
             print(f"    {path}: {old!r} -> {new!r}")
         for path, old, new in result["timing"]:
             print(f"    (timing) {path}: {old} -> {new}")
+        for path, old, new in result["records"]:
+            print(f"    (where computed) {path}: {old} -> {new}")
         failed |= bool(result["different"])
     return 1 if failed else 0
 

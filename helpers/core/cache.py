@@ -33,12 +33,18 @@ def atomic_dir(target: Path) -> Iterator[Path]:
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{target.name}-", dir=target.parent))
     try:
         yield tmp
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(tmp, target)
+        replace_dir(tmp, target)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def replace_dir(finished: Path, target: Path) -> None:
+    """Put the folder ``finished`` in the place of ``target`` (whose old contents go): the last step of
+    ``atomic_dir``, and of the pipeline installing a run's staging folder."""
+    if target.exists():
+        shutil.rmtree(target)
+    os.replace(finished, target)
 
 
 @contextlib.contextmanager
@@ -118,13 +124,28 @@ def verify_checksum(path: Path, what: str = "cached file") -> str | None:
 
 
 def save_verified(obj, path: Path) -> str:
-    """``torch.save`` through a temporary file and one rename, then record its sha256 beside it."""
+    """``torch.save`` through a temporary file and one rename, then record its sha256 beside it. Tensors are
+    saved from the CPU (``on_cpu``), so that what a GPU computed loads on a machine without one."""
     import torch
 
     checksum_path(path).unlink(missing_ok=True)
     with atomic_file(path) as tmp:
-        torch.save(obj, tmp)
+        torch.save(on_cpu(obj), tmp)
     return record_checksum(path)
+
+
+def on_cpu(obj):
+    """``obj`` with every tensor in it (through dicts, lists and tuples) on the CPU; CPU tensors are the
+    same objects, so what is saved from a CPU run does not change by a byte."""
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return obj.cpu()
+    if isinstance(obj, dict):
+        return type(obj)((k, on_cpu(v)) for k, v in obj.items())
+    if isinstance(obj, (list, tuple)) and not hasattr(obj, "_fields"):
+        return type(obj)(on_cpu(v) for v in obj)
+    return obj
 
 
 def load_verified(path: Path, what: str = "cached file"):
@@ -135,7 +156,7 @@ def load_verified(path: Path, what: str = "cached file"):
     if verify_checksum(path, what) is None:
         return None
     try:
-        return torch.load(path, weights_only=False)
+        return torch.load(path, map_location="cpu", weights_only=False)  # the caller moves what it needs
     except Exception as err:  # noqa: BLE001 — any failure to read a verified file means the same thing
         raise CacheError(f"{what} {path} passed its sha256 check but cannot be read ({type(err).__name__}: {err}); "
                          f"delete it (and {checksum_path(path).name}) to recompute it") from err

@@ -20,9 +20,10 @@ from helpers.core.weights import final_norm, unembedding
 
 def logits_at(model, tokens: torch.Tensor, positions: torch.Tensor, hooks=()) -> torch.Tensor:
     """[n, vocab] logits of each prompt at its ``positions`` entry, with forward ``hooks`` applied."""
+    positions = torch.as_tensor(positions, device=model.device)
     with model.bridge.hooks(fwd_hooks=list(hooks)):
-        hidden = model.body(input_ids=tokens).last_hidden_state
-    logits = model.hf_model.lm_head(hidden[torch.arange(tokens.shape[0]), positions])
+        hidden = model.body(input_ids=tokens.to(model.device)).last_hidden_state
+    logits = model.hf_model.lm_head(hidden[torch.arange(tokens.shape[0], device=model.device), positions])
     cap = model.final_logit_softcap
     return cap * torch.tanh(logits / cap) if cap else logits
 
@@ -30,8 +31,9 @@ def logits_at(model, tokens: torch.Tensor, positions: torch.Tensor, hooks=()) ->
 def lens(model, directions: torch.Tensor, centre: bool | None = None, float64: bool = True) -> torch.Tensor:
     """[..., vocab] the lens (c(u) ⊙ g) W_U of directions [..., d_model]; ``centre`` defaults to the
     architecture's (LayerNorm: centred). ``float64=False`` multiplies in float32 against the unembedding as
-    stored, without a float64 copy of it (4.7 GB for Gemma-2-2B); the result is float64 either way."""
-    u = directions.double()
+    stored, without a float64 copy of it (4.7 GB for Gemma-2-2B); the result is float64 either way, on the
+    model's device."""
+    u = directions.double().to(model.device)
     if model.arch.centred if centre is None else centre:
         u = u - u.mean(-1, keepdim=True)
     if not float64 and model.processing == "raw":  # the LM head's own weight is W_U: no copy
@@ -46,7 +48,8 @@ def lens(model, directions: torch.Tensor, centre: bool | None = None, float64: b
 def token_columns(model, token_ids: torch.Tensor | int, centre: bool | None = None) -> torch.Tensor:
     """[..., d_model] the lens of each token id: u·column = lens(u)[token] (float64)."""
     unembed = unembedding(model)
-    columns = (unembed.ln_final.gain[:, None].double() * unembed.W_U.double())[:, torch.as_tensor(token_ids)]
+    picked = unembed.W_U[:, torch.as_tensor(token_ids, device=unembed.W_U.device)]  # the columns first: no [d, V] copy
+    columns = unembed.ln_final.gain.double().reshape(-1, *[1] * (picked.ndim - 1)) * picked.double()
     columns = columns.movedim(0, -1)
     if model.arch.centred if centre is None else centre:
         columns = columns - columns.mean(-1, keepdim=True)

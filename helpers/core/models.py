@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from helpers.core.architectures import Architecture, architecture
+from helpers.core.device import configure, numerics, resolve_device
 from helpers.core.cache import atomic_dir, cache_dir, checksum_path, record_checksum, sha256_file, verify_checksum
 
 PROCESSINGS = ("raw", "fold_norm", "transformer_lens")
@@ -129,6 +130,15 @@ class LoadedModel:
         return digest.hexdigest()
 
     @property
+    def device(self) -> torch.device:
+        """Where the model's weights are, and so where every tensor the helpers make for it goes."""
+        return next(self.hf_model.parameters()).device
+
+    def numerics(self) -> dict:
+        """Where and how this model computes (``helpers.core.device.numerics``)."""
+        return numerics(self.device)
+
+    @property
     def architecture(self) -> str:
         return self.hf_model.config.model_type
 
@@ -184,7 +194,7 @@ class LoadedModel:
         lengths = {len(r) for r in rows}
         if len(lengths) != 1:
             raise ValueError(f"texts tokenise to different lengths {sorted(lengths)}; pass texts of equal token length")
-        return torch.tensor(rows, dtype=torch.long)
+        return torch.tensor(rows, dtype=torch.long, device=self.device)
 
     def record(self) -> dict:
         """What a run records about its model."""
@@ -200,13 +210,16 @@ def available_models() -> list[str]:
 
 def load_model(name: str, processing: str = "fold_norm", weights_dir: str | os.PathLike | None = None,
                device: str = "cpu", seed: int = 0) -> LoadedModel:
-    """Load a registry model by name.
+    """Load a registry model by name onto ``device`` (``"auto"``: the GPU where there is one; see
+    ``helpers.core.device``), with the run's numerics pinned there first.
 
     ``weights_dir`` (or ``$SVDIRS_WEIGHTS_<NAME>``, e.g. ``SVDIRS_WEIGHTS_GPT2_SMALL``) points at a local
     Hugging Face folder for hub models. ``seed`` sets the random weights of tiny models."""
     spec = _spec(name)
     if processing not in PROCESSINGS:
         raise ValueError(f"processing={processing!r} is not one of {PROCESSINGS}; see helpers.core.models.PROCESSINGS")
+    device = resolve_device(device)
+    configure(device)
     if spec.source == "tiny":
         hf_model, tokenizer, source = tiny_hf_model(spec, seed), gpt2_tokenizer(), f"random init, seed {seed}"
         tokenizer_dir = gpt2_tokenizer_dir()
@@ -229,17 +242,20 @@ def load_model(name: str, processing: str = "fold_norm", weights_dir: str | os.P
     return LoadedModel(name, spec, bridge, hf_model, tokenizer, processing, source)
 
 
-def model_from_config(name: str, config: dict, seed: int = 0, processing: str = "raw") -> LoadedModel:
-    """A model of any published shape with the architecture's own random initialisation (seeded) and the
-    GPT-2 tokenizer (ids < 50257): for measuring memory and time at real sizes without the weights.
-    ``config`` holds a Hugging Face config's fields, ``model_type`` included."""
+def model_from_config(name: str, config: dict, seed: int = 0, processing: str = "raw",
+                      device: str = "cpu") -> LoadedModel:
+    """A model of any published shape with the architecture's own random initialisation (seeded, on the
+    CPU, then moved to ``device``) and the GPT-2 tokenizer (ids < 50257): for measuring memory and time at
+    real sizes without the weights. ``config`` holds a Hugging Face config's fields, ``model_type`` included."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    device = resolve_device(device)
+    configure(device)
     options = dict(config)
     hf_config = AutoConfig.for_model(options.pop("model_type"), bos_token_id=50256, eos_token_id=50256,
                                      pad_token_id=50256, **options)
     torch.manual_seed(seed)
-    hf_model = AutoModelForCausalLM.from_config(hf_config, attn_implementation="eager").float().eval()
+    hf_model = AutoModelForCausalLM.from_config(hf_config, attn_implementation="eager").float().to(device).eval()
     hf_model.config.architectures = [type(hf_model).__name__]
     for p in hf_model.parameters():
         p.requires_grad_(False)
@@ -461,7 +477,7 @@ def tiny_hf_model(spec: ModelSpec, seed: int):
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            noise = torch.randn(p.shape, generator=generator)
+            noise = torch.randn(p.shape, generator=generator, device="cpu")  # the model is built on the CPU
             if p.ndim == 1 and ("norm" in name or "ln" in name) and "weight" in name:
                 p.copy_(0.2 * noise if architecture(spec.tiny_config["model_type"]).gain_one_plus else 1.0 + 0.2 * noise)
             elif p.ndim == 1:

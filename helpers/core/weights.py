@@ -67,14 +67,16 @@ def input_hook(model, layer: int, sublayer: str) -> str:
     return f"blocks.{layer}.{norm}.{suffix}"
 
 
-def layer_weights(model, layer: int) -> LayerWeights:
-    """Weights of one layer under the model's processing."""
-    return process_layer(model, raw_layer_weights(model, layer))
+def layer_weights(model, layer: int, device=None) -> LayerWeights:
+    """Weights of one layer under the model's processing, copied to ``device`` (default: the model's).
+    Weight-side linear algebra (SVDs, QR, inverses) asks for ``device="cpu"``: docs/methods.md §0."""
+    return process_layer(model, raw_layer_weights(model, layer, device))
 
 
-def unembedding(model) -> Unembedding:
-    """The unembedding under the model's processing (final norm folded unless ``raw``)."""
-    raw = _raw_unembedding(model)
+def unembedding(model, device=None) -> Unembedding:
+    """The unembedding under the model's processing (final norm folded unless ``raw``), on ``device``
+    (default: the model's)."""
+    raw = _raw_unembedding(model, device)
     if model.processing == "raw":
         return raw
     W_U, b_U = _fold(raw.ln_final, raw.W_U, raw.b_U)
@@ -113,47 +115,49 @@ def _fold(norm: Norm, W: torch.Tensor, b: torch.Tensor):
     return W_folded, b_folded
 
 
-def _copy(tensor: torch.Tensor) -> torch.Tensor:
-    """A float32 copy: returned weights never alias the model's parameters."""
-    return tensor.detach().to(torch.float32, copy=True)
+def _copy(tensor: torch.Tensor, device=None) -> torch.Tensor:
+    """A float32 copy on ``device`` (default: the tensor's): returned weights never alias the model's parameters."""
+    return tensor.detach().to(device=device or tensor.device, dtype=torch.float32, copy=True)
 
 
-def _norm(model, module) -> Norm:
+def _norm(model, module, device=None) -> Norm:
     arch = model.arch
-    weight = _copy(module.weight)
+    weight = _copy(module.weight, device)
     if arch.norm == "layernorm":
-        return Norm(weight, _copy(module.bias))
+        return Norm(weight, _copy(module.bias, device))
     return Norm(1.0 + weight if arch.gain_one_plus else weight, None)
 
 
-def raw_layer_weights(model, layer: int) -> LayerWeights:
-    """The checkpoint's weights of one layer in the accessor's convention (no processing)."""
+def raw_layer_weights(model, layer: int, device=None) -> LayerWeights:
+    """The checkpoint's weights of one layer in the accessor's convention (no processing), on ``device``
+    (default: the model's)."""
     model.arch  # refuses an unsupported architecture before reading anything
     H, G, dh, d = model.n_heads, model.n_kv_heads, model.d_head, model.d_model
-    kv_head = torch.arange(H) // (H // G)
+    device = device or model.device
+    kv_head = torch.arange(H, device=device) // (H // G)
     if model.arch.layout == "gpt2":
         block = model.block(layer)
-        W_qkv, b_qkv = _copy(block.attn.c_attn.weight), _copy(block.attn.c_attn.bias)
+        W_qkv, b_qkv = _copy(block.attn.c_attn.weight, device), _copy(block.attn.c_attn.bias, device)
         W_q, W_k, W_v = (w.reshape(d, H, dh).transpose(0, 1) for w in W_qkv.split(d, dim=1))
         b_q, b_k, b_v = (b.reshape(H, dh) for b in b_qkv.split(d))
         return LayerWeights(
             W_q, b_q, W_k, b_k, W_v, b_v,
-            W_O=_copy(block.attn.c_proj.weight).reshape(H, dh, d), b_O=_copy(block.attn.c_proj.bias),
-            W_in=_copy(block.mlp.c_fc.weight), b_in=_copy(block.mlp.c_fc.bias),
+            W_O=_copy(block.attn.c_proj.weight, device).reshape(H, dh, d), b_O=_copy(block.attn.c_proj.bias, device),
+            W_in=_copy(block.mlp.c_fc.weight, device), b_in=_copy(block.mlp.c_fc.bias, device),
             W_gate=None, b_gate=None,
-            W_out=_copy(block.mlp.c_proj.weight), b_out=_copy(block.mlp.c_proj.bias),
-            ln_attn=_norm(model, block.ln_1), ln_mlp=_norm(model, block.ln_2), kv_head=kv_head)
+            W_out=_copy(block.mlp.c_proj.weight, device), b_out=_copy(block.mlp.c_proj.bias, device),
+            ln_attn=_norm(model, block.ln_1, device), ln_mlp=_norm(model, block.ln_2, device), kv_head=kv_head)
     block = model.block(layer)
     attn, mlp = block.self_attn, block.mlp
 
     def heads(linear, n):  # nn.Linear [n*dh, d] -> W [n, d, dh], b [n, dh]
-        W = _copy(linear.weight).reshape(n, dh, d).transpose(1, 2)
-        b = _copy(linear.bias).reshape(n, dh) if linear.bias is not None else torch.zeros(n, dh)
+        W = _copy(linear.weight, device).reshape(n, dh, d).transpose(1, 2)
+        b = _copy(linear.bias, device).reshape(n, dh) if linear.bias is not None else W.new_zeros(n, dh)
         return W, b
 
     def dense(linear):  # nn.Linear [out, in] -> W [in, out], b [out]
-        W = _copy(linear.weight).T
-        return W, (_copy(linear.bias) if linear.bias is not None else torch.zeros(W.shape[1]))
+        W = _copy(linear.weight, device).T
+        return W, (_copy(linear.bias, device) if linear.bias is not None else W.new_zeros(W.shape[1]))
 
     W_q, b_q = heads(attn.q_proj, H)
     W_k, b_k = (t[kv_head] for t in heads(attn.k_proj, G))
@@ -165,16 +169,17 @@ def raw_layer_weights(model, layer: int) -> LayerWeights:
     ln_mlp = block.pre_feedforward_layernorm if hasattr(block, "pre_feedforward_layernorm") else block.post_attention_layernorm
     return LayerWeights(W_q, b_q, W_k, b_k, W_v, b_v, W_O=W_o.reshape(H, dh, d), b_O=b_o, W_in=W_in, b_in=b_in,
                         W_gate=W_gate, b_gate=b_gate, W_out=W_out, b_out=b_out,
-                        ln_attn=_norm(model, block.input_layernorm), ln_mlp=_norm(model, ln_mlp), kv_head=kv_head)
+                        ln_attn=_norm(model, block.input_layernorm, device), ln_mlp=_norm(model, ln_mlp, device),
+                        kv_head=kv_head)
 
 
-def final_norm(model) -> Norm:
+def final_norm(model, device=None) -> Norm:
     """The affine part of the final norm as the checkpoint has it (Gemma's gain is 1 + w)."""
-    return _norm(model, model.body.ln_f if model.arch.layout == "gpt2" else model.body.norm)
+    return _norm(model, model.body.ln_f if model.arch.layout == "gpt2" else model.body.norm, device)
 
 
-def _raw_unembedding(model) -> Unembedding:
+def _raw_unembedding(model, device=None) -> Unembedding:
     hf = model.hf_model
-    W_U = _copy(hf.lm_head.weight).T
-    b_U = _copy(hf.lm_head.bias) if hf.lm_head.bias is not None else torch.zeros(W_U.shape[1])
-    return Unembedding(W_U, b_U, final_norm(model))
+    W_U = _copy(hf.lm_head.weight, device).T
+    b_U = _copy(hf.lm_head.bias, device) if hf.lm_head.bias is not None else W_U.new_zeros(W_U.shape[1])
+    return Unembedding(W_U, b_U, final_norm(model, device))

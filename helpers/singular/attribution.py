@@ -21,15 +21,16 @@ GPT2_IOI_HEADS = {  # Wang et al. 2023, docs/methods.md §1.4: (layer, head) -> 
 def head_logit_attribution(model, task: Task) -> torch.Tensor:
     """[n_layers, n_heads] mean direct effect of each head's output at the answer position on
     logit(correct) − logit(wrong), through the final norm frozen at its actual scale (and, for Gemma,
-    the post-attention norm frozen likewise)."""
+    the post-attention norm frozen likewise). On the CPU, whatever the model's device."""
     names = lambda layer: [f"blocks.{layer}.attn.hook_z", f"blocks.{layer}.ln1_post.hook_scale"]  # noqa: E731
     wanted = {n for layer in range(model.n_layers) for n in names(layer)} | {"ln_final.hook_scale"}
     with torch.no_grad():
-        _, cache = model.bridge.run_with_cache(task.clean, names_filter=lambda n: n in wanted)
-    rows = torch.arange(len(task))
+        _, cache = model.bridge.run_with_cache(task.clean.to(model.device), names_filter=lambda n: n in wanted)
+    task = task.to(model.device)
+    rows = torch.arange(len(task), device=model.device)
     contrast = (token_columns(model, task.correct) - token_columns(model, task.wrong)).float()  # [n, d]
     final_scale = cache["ln_final.hook_scale"][rows, task.answer_pos]  # [n, 1]
-    out = torch.zeros(model.n_layers, model.n_heads)
+    out = torch.zeros(model.n_layers, model.n_heads, device=model.device)
     for layer in range(model.n_layers):
         w = layer_weights(model, layer)
         z = cache[f"blocks.{layer}.attn.hook_z"][rows, task.answer_pos]  # [n, H, dh]
@@ -40,7 +41,7 @@ def head_logit_attribution(model, task: Task) -> torch.Tensor:
             gain = 1.0 + weight if model.arch.gain_one_plus else weight
             heads = heads * gain / cache[post][rows, task.answer_pos][:, None]
         out[layer] = torch.einsum("nhd,nd->nh", heads / final_scale[:, None], contrast).mean(0)
-    return out
+    return out.cpu()
 
 
 def boxed_heads(model, task_name: str, attribution: torch.Tensor | None, top: int = 3) -> tuple[list, str]:
@@ -51,7 +52,8 @@ def boxed_heads(model, task_name: str, attribution: torch.Tensor | None, top: in
         return (sorted(GPT2_IOI_HEADS) if task_name == "ioi" else []), "Wang et al.'s IOI circuit"
     if attribution is None:
         return [], "none"
-    order = torch.sort(torch.as_tensor(attribution).reshape(-1), descending=True, stable=True).indices[:top]  # ties: the earlier head
-    n_heads = torch.as_tensor(attribution).shape[1]
+    attribution = torch.as_tensor(attribution, device="cpu")
+    order = torch.sort(attribution.reshape(-1), descending=True, stable=True).indices[:top]  # ties: the earlier head
+    n_heads = attribution.shape[1]
     return ([(int(i) // n_heads, int(i) % n_heads) for i in order],
             f"top-{top} direct logit attribution (name-mover candidates)")

@@ -10,6 +10,7 @@ directions, signs canonicalised, and near-equal singular values flagged.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -62,7 +63,7 @@ def _canonical(U: torch.Tensor, S: torch.Tensor, V: torch.Tensor) -> SVD:
     """Flip each pair (u_k, v_k) so the largest-|·| entry of v_k is positive; flag degenerate blocks."""
     sign = column_signs(V)
     close = (S[..., :-1] - S[..., 1:]) <= DEGENERATE_RTOL * S[..., :-1].clamp_min(torch.finfo(S.dtype).tiny)
-    degenerate = torch.zeros(S.shape, dtype=torch.bool)
+    degenerate = torch.zeros(S.shape, dtype=torch.bool, device=S.device)
     degenerate[..., :-1] |= close
     degenerate[..., 1:] |= close
     degenerate |= numerically_zero(S)
@@ -90,7 +91,7 @@ def ov_factors(w: LayerWeights) -> tuple[torch.Tensor, torch.Tensor]:
     """(L, R) with W̃_OV = L Rᵀ: L = [[1, b_V], [0, W_V]] [H, d+1, d_head+1], R = [b_O/H, W_Oᵀ] [H, d, d_head+1]."""
     H, d, _ = w.W_V.shape
     left = _stack_bias(w.b_V, w.W_V)
-    first = torch.zeros(H, d + 1, 1, dtype=left.dtype)
+    first = left.new_zeros(H, d + 1, 1)
     first[:, 0, 0] = 1.0
     right = torch.cat([(w.b_O / H).expand(H, d)[..., None], w.W_O.transpose(1, 2)], dim=-1)
     return torch.cat([first, left], dim=-1), right
@@ -142,13 +143,14 @@ def layer_svds(w: LayerWeights) -> dict[str, SVD]:
 
 
 def augmented_svds(model, layers=None, progress: bool = False) -> list[dict[str, SVD]]:
-    """``layer_svds`` for every layer (or the given ones) of a loaded model, under its processing."""
+    """``layer_svds`` for every layer (or the given ones) of a loaded model, under its processing; on the
+    CPU whatever the model's device (docs/methods.md §0), so that direction k is the same vector everywhere."""
     layers = range(model.n_layers) if layers is None else layers
     if progress:
         from tqdm.auto import tqdm
 
         layers = tqdm(layers, desc="augmented SVDs")
-    return [layer_svds(layer_weights(model, layer)) for layer in layers]
+    return [layer_svds(layer_weights(model, layer, device="cpu")) for layer in layers]
 
 
 def direction_ranks(n_heads: int, d_model: int, d_head: int, d_mlp: int, gated: bool) -> dict[str, tuple]:
@@ -170,7 +172,7 @@ def direction_shapes(model) -> dict[str, tuple]:
 def direction_counts(n_layers: int, n_heads: int, d_model: int, d_head: int, d_mlp: int, gated: bool) -> dict[str, int]:
     """Number of singular directions of each kind in the model (MLP in: up and gate together)."""
     shapes = direction_ranks(n_heads, d_model, d_head, d_mlp, gated)
-    size = {kind: n_layers * int(torch.tensor(shape).prod()) for kind, shape in shapes.items()}
+    size = {kind: n_layers * math.prod(shape) for kind, shape in shapes.items()}
     counts = {"qk": size["qk"], "ov": size["ov"], "mlp_in": size["mlp_up"] + size.get("mlp_gate", 0),
               "mlp_out": size["mlp_out"]}
     counts["total"] = sum(counts.values())

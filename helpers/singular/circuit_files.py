@@ -82,8 +82,8 @@ def make_circuit(model, masks: DirectionMasks, kept: FixedMasks, kept_rule: str,
     """The circuit of one masking run: ``kept`` (binary masks made from ``masks`` by ``kept_rule``, a sentence
     saying how), the masks' logits as scores, and everything needed to load and score it again. ``run`` is
     the ``MaskingRun`` that trained ``masks`` on ``train``."""
-    kept_blocks = {name: v > 0.5 for name, v in kept.blocks.items()}
-    scores = {name: p.detach().float().clone() for name, p in masks.logits.items()}
+    kept_blocks = {name: (v > 0.5).cpu() for name, v in kept.blocks.items()}
+    scores = {name: p.detach().float().cpu().clone() for name, p in masks.logits.items()}
     if set(kept_blocks) != set(scores):
         raise ValueError("the kept set and the masks cover different blocks")
     metadata = dict(
@@ -95,6 +95,7 @@ def make_circuit(model, masks: DirectionMasks, kept: FixedMasks, kept_rule: str,
                   train_sha256=prompt_digest(train.prompts), held_out_sha256=prompt_digest(held_out.prompts)),
         training={**asdict(run), "parametrisation": masks.parametrisation},
         kept_rule=kept_rule, evaluator_version=EVALUATOR_VERSION,
+        computed_on=model.numerics(),  # informative: loading is keyed on the weights and the SVD convention
         n_directions=sum(v.numel() for v in kept_blocks.values()),
         n_kept=sum(int(v.sum()) for v in kept_blocks.values()), kept_by_kind=kept_by_kind(kept),
         blocks={name: list(v.shape) for name, v in sorted(kept_blocks.items())},
@@ -109,8 +110,8 @@ def save_circuit(circuit: Circuit, path: str | Path) -> Path:
     path = Path(path)
     if path.suffix != ".safetensors":
         raise ValueError(f"{path}: a circuit file ends in .safetensors")
-    tensors = {**{f"kept/{n}": v.contiguous() for n, v in circuit.kept.items()},
-               **{f"score/{n}": v.contiguous().float() for n, v in circuit.scores.items()}}
+    tensors = {**{f"kept/{n}": v.cpu().contiguous() for n, v in circuit.kept.items()},
+               **{f"score/{n}": v.cpu().contiguous().float() for n, v in circuit.scores.items()}}
     with atomic_file(path, suffix=".safetensors") as tmp:
         save_file(tensors, str(tmp), metadata={"circuit": json.dumps(circuit.metadata, sort_keys=True)})
     return path

@@ -47,13 +47,14 @@ def split_like(flat: torch.Tensor, blocks: dict[str, torch.Tensor]) -> dict[str,
 
 
 def random_like(circuit: FixedMasks, seed: int) -> FixedMasks:
-    """The same number of kept directions in every (layer, kind) block, placed at random."""
+    """The same number of kept directions in every (layer, kind) block, placed at random (drawn on the CPU,
+    then moved to the circuit's device: the same control on every device)."""
     generator = torch.Generator().manual_seed(seed)
     values = {}
     for name, v in circuit.blocks.items():
-        flat = torch.zeros(v.numel())
-        flat[torch.randperm(v.numel(), generator=generator)[: int(v.sum())]] = 1.0
-        values[name] = flat.reshape(v.shape)
+        flat = torch.zeros(v.numel(), device="cpu")
+        flat[torch.randperm(v.numel(), generator=generator, device="cpu")[: int(v.sum())]] = 1.0
+        values[name] = flat.reshape(v.shape).to(v.device)
     return FixedMasks(values)
 
 
@@ -102,6 +103,7 @@ class CircuitEvaluator:
     circuit's ``content_key``, so a circuit with the same values on these prompts is run once."""
 
     def __init__(self, masked: MaskedModel, task: Task, rule: AblationRule):
+        task = task.to(masked.model.device)
         self.masked, self.task, self.rule = masked, task, rule
         self.prepared = prepare(masked, task, rule)
         # log-softmax shifts each row by a constant: logit differences and probabilities are unchanged
@@ -209,8 +211,10 @@ def point_at_kl(curve: pd.DataFrame, kl: float = PAPER_KL) -> dict | None:
 
 
 def per_head(values_of, n_layers: int) -> torch.Tensor:
-    """[n_layers, n_heads] Σ over a head's QK and OV directions of ``values_of(layer, kind)`` [H, r]."""
-    return torch.stack([values_of(layer, "qk").sum(-1) + values_of(layer, "ov").sum(-1) for layer in range(n_layers)])
+    """[n_layers, n_heads] Σ over a head's QK and OV directions of ``values_of(layer, kind)`` [H, r], on the
+    CPU (for figures and tables)."""
+    return torch.stack([values_of(layer, "qk").sum(-1) + values_of(layer, "ov").sum(-1)
+                        for layer in range(n_layers)]).cpu()
 
 
 def kept_per_head(circuit: FixedMasks, n_layers: int) -> torch.Tensor:
@@ -228,7 +232,7 @@ def kept_mlp_per_layer(circuit: FixedMasks, n_layers: int) -> torch.Tensor:
     """[n_layers] kept MLP directions (in and out) per layer."""
     kinds = ("mlp_up", "mlp_gate", "mlp_out")
     return torch.tensor([sum(float(circuit.blocks[f"{layer}_{k}"].sum()) for k in kinds
-                             if f"{layer}_{k}" in circuit.blocks) for layer in range(n_layers)])
+                             if f"{layer}_{k}" in circuit.blocks) for layer in range(n_layers)], device="cpu")
 
 
 def circuit_for_heatmaps(points: pd.DataFrame, kl: float = PAPER_KL) -> tuple[dict, str]:
@@ -246,8 +250,8 @@ def circuit_for_heatmaps(points: pd.DataFrame, kl: float = PAPER_KL) -> tuple[di
 
 def boxed_mass(mass, heads) -> tuple[float, float]:
     """(mean mask mass of the given heads, mean over all other heads); NaN for the first when none given."""
-    mass = torch.as_tensor(mass, dtype=torch.float64)
-    boxed = torch.zeros(mass.shape, dtype=torch.bool)
+    mass = torch.as_tensor(mass, dtype=torch.float64, device="cpu")
+    boxed = torch.zeros(mass.shape, dtype=torch.bool, device="cpu")
     for layer, head in heads:
         boxed[layer, head] = True
     inside = float(mass[boxed].mean()) if boxed.any() else float("nan")

@@ -21,10 +21,11 @@ from helpers.core.weights import input_hook, layer_weights
 
 
 def attention_spectra(model) -> dict[str, torch.Tensor]:
-    """{"qk": [L, H, d_head], "ov": [L, H, r]} singular values of every head's augmented QK and OV matrices."""
+    """{"qk": [L, H, d_head], "ov": [L, H, r]} singular values of every head's augmented QK and OV matrices
+    (on the CPU, like every weight-side SVD)."""
     out = {"qk": [], "ov": []}
     for layer in range(model.n_layers):
-        w = layer_weights(model, layer)
+        w = layer_weights(model, layer, device="cpu")
         out["qk"].append(svd_of_product(*qk_factors(w)).S)
         out["ov"].append(svd_of_product(*ov_factors(w)).S)
     return {kind: torch.stack(values) for kind, values in out.items()}
@@ -39,13 +40,13 @@ as to the subject's two mentions together (S1 + S2), and its direct logit attrib
 
 def end_attention_by_prompt(model, task) -> dict[str, torch.Tensor]:
     """{role: [n_prompts, n_layers, n_heads]} attention of each prompt's answer position (END) to each IOI
-    role's position."""
+    role's position (on the CPU)."""
     roles = ioi_positions(task)
     names = [f"blocks.{layer}.attn.hook_pattern" for layer in range(model.n_layers)]
     with torch.no_grad():
-        _, cache = model.bridge.run_with_cache(task.clean, names_filter=lambda n: n in names)
-    rows = torch.arange(len(task))
-    return {role: torch.stack([cache[name][rows, :, task.answer_pos, roles[role]].double() for name in names], 1)
+        _, cache = model.bridge.run_with_cache(task.clean.to(model.device), names_filter=lambda n: n in names)
+    rows, answer_pos = torch.arange(len(task), device="cpu"), task.answer_pos.cpu()
+    return {role: torch.stack([cache[name].cpu()[rows, :, answer_pos, roles[role]].double() for name in names], 1)
             for role in ("IO", "S1", "S2", "BOS")}
 
 
@@ -121,7 +122,7 @@ def margin_table(attention: dict[str, torch.Tensor], attribution: torch.Tensor, 
     rule is met (``name_mover``, on the means). Rows in (layer, head) order."""
     io, s = attention["IO"], attention["S1"] + attention["S2"]  # [n, L, H]
     n = io.shape[0]
-    draws = torch.randint(n, (resamples, n), generator=torch.Generator().manual_seed(seed))
+    draws = torch.randint(n, (resamples, n), generator=torch.Generator().manual_seed(seed), device="cpu").to(io.device)
     ratios = io[draws].mean(1) / s[draws].mean(1)  # [resamples, L, H]
     tail = (1 - level) / 2
     low, high = (torch.quantile(ratios, q, dim=0) for q in (tail, 1 - tail))
@@ -156,10 +157,11 @@ def specificity(head: list[dict], control: list[dict]) -> pd.DataFrame:
 
 
 class HeadReading:
-    """What drives each singular direction of one head at the answer position of every prompt."""
+    """What drives each singular direction of one head at the answer position of every prompt (computed on
+    the CPU from the model's activations: a reading, not a forward pass)."""
 
     def __init__(self, model, tokens: torch.Tensor, answer_pos: torch.Tensor, layer: int, head: int):
-        w = layer_weights(model, layer)
+        w = layer_weights(model, layer, device="cpu")
         self.layer, self.head = layer, head
         ov = svd_of_product(*ov_factors(w))[head]
         qk = svd_of_product(*qk_factors(w))[head]
@@ -168,17 +170,18 @@ class HeadReading:
         self.ov_null = numerically_zero(ov.S)
         names = [input_hook(model, layer, "attn"), f"blocks.{layer}.attn.hook_pattern"]
         with torch.no_grad():
-            _, cache = model.bridge.run_with_cache(tokens, names_filter=names)
-        rows = torch.arange(tokens.shape[0])
-        x = cache[names[0]].double()  # [n, T, d]
-        weights = cache[names[1]][rows, head, answer_pos].double()  # [n, T] attention of the answer position
+            _, cache = model.bridge.run_with_cache(tokens.to(model.device), names_filter=names)
+        tokens, answer_pos = tokens.cpu(), answer_pos.cpu()
+        rows = torch.arange(tokens.shape[0], device="cpu")
+        x = cache[names[0]].cpu().double()  # [n, T, d]
+        weights = cache[names[1]].cpu()[rows, head, answer_pos].double()  # [n, T] attention of the answer position
         self.attention = weights
         self.ov_bias = ov.S * ov.U[0]  # [r]
         self.ov_sources = weights[..., None] * (x @ ov.U[1:]) * ov.S  # [n, T, r]
         x_h = homogeneous(x)
         query = x_h[rows, answer_pos] @ qk.U  # [n, r]
         self.qk_keys = qk.S * query[:, None, :] * (x_h @ qk.V)  # [n, T, r]
-        self.valid = torch.arange(tokens.shape[1])[None] <= answer_pos[:, None]
+        self.valid = torch.arange(tokens.shape[1], device="cpu")[None] <= answer_pos[:, None]
         self.tokens = tokens
 
     @property
@@ -195,7 +198,7 @@ class HeadReading:
 def by_role(values: torch.Tensor, positions: dict[str, torch.Tensor], valid: torch.Tensor, other: str = "sum") -> pd.DataFrame:
     """Mean over prompts of ``values`` [n, T, r] at each role's position, one row per direction; the
     remaining valid positions as "other", summed (additive terms) or averaged (scores)."""
-    rows = torch.arange(values.shape[0])
+    rows = torch.arange(values.shape[0], device=values.device)
     columns, rest = {}, valid.clone().double()
     for role, pos in positions.items():
         columns[role] = values[rows, pos].mean(0)
@@ -204,7 +207,7 @@ def by_role(values: torch.Tensor, positions: dict[str, torch.Tensor], valid: tor
     if other == "mean":
         weighted = weighted / rest.sum(1, keepdim=True).clamp_min(1)
     columns["other"] = weighted.mean(0)
-    frame = pd.DataFrame({k: v.numpy() for k, v in columns.items()})
+    frame = pd.DataFrame({k: v.cpu().numpy() for k, v in columns.items()})
     frame.index.name = "direction"
     return frame
 
@@ -231,7 +234,7 @@ def _matched_controls(spectra: torch.Tensor, layer: int, head: int, direction: i
     flat = distance.reshape(-1)
     nearest = torch.sort(flat, stable=True).indices[:pool]  # equal distances: the earlier (layer, head, direction)
     nearest = nearest[torch.isfinite(flat[nearest])]
-    picked = nearest[torch.randperm(len(nearest), generator=generator)[:n]]
+    picked = nearest[torch.randperm(len(nearest), generator=generator, device="cpu").to(nearest.device)[:n]]
     L, H, R = S.shape
     return [(int(i) // (H * R), (int(i) // R) % H, int(i) % R) for i in picked]
 
@@ -341,8 +344,8 @@ def head_evidence(model, evaluator: CircuitEvaluator, spectra: dict, masks, task
     """The case-study pipeline for one head on ``task`` (the evaluator's held-out prompts): its reading, the
     directions studied (``choose_directions`` on its mask logits), their terms by IOI role, one-at-a-time
     ablations against σ-matched controls, and the subfunction verdicts (``subfunction_evidence``)."""
-    m_ov, m_qk = masks.values(layer, "ov")[head].detach(), masks.values(layer, "qk")[head].detach()
-    logit_ov, logit_qk = (masks.logits[f"{layer}_{kind}"][head].detach() for kind in ("ov", "qk"))
+    m_ov, m_qk = masks.values(layer, "ov")[head].detach().cpu(), masks.values(layer, "qk")[head].detach().cpu()
+    logit_ov, logit_qk = (masks.logits[f"{layer}_{kind}"][head].detach().cpu() for kind in ("ov", "qk"))
     reading = HeadReading(model, task.clean, task.answer_pos, layer, head)
     chosen = choose_directions(logit_ov, logit_qk, reading.ov_null, reading.ov_S, reading.qk_S, n_directions)
     roles = ioi_positions(task)
@@ -352,7 +355,7 @@ def head_evidence(model, evaluator: CircuitEvaluator, spectra: dict, masks, task
                                progress=progress)
     return dict(layer=layer, head=head, m_ov=m_ov, m_qk=m_qk, logit_ov=logit_ov, logit_qk=logit_qk, reading=reading,
                 chosen=chosen,
-                ov_roles=ov_roles.assign(bias=reading.ov_bias[chosen["ov"]].numpy()), qk_roles=qk_roles,
+                ov_roles=ov_roles.assign(bias=reading.ov_bias[chosen["ov"]].cpu().numpy()), qk_roles=qk_roles,
                 attention=by_role(reading.attention[..., None], roles, reading.valid).iloc[0],
                 effects=effects, evidence=subfunction_evidence(ov_roles, qk_roles, effects))
 
@@ -369,7 +372,7 @@ def choose_directions(ov_logits: torch.Tensor, qk_logits: torch.Tensor, ov_null:
         return by_logit[:n].tolist()
 
     return {"ov": ranked(ov_logits, ov_sigma, (~ov_null).nonzero().flatten()),
-            "qk": ranked(qk_logits, qk_sigma, torch.arange(len(qk_logits)))}
+            "qk": ranked(qk_logits, qk_sigma, torch.arange(len(qk_logits), device=qk_logits.device))}
 
 
 def direction_table(model, reading: HeadReading, chosen: dict[str, list[int]], ov_masks: torch.Tensor,

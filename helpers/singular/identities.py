@@ -29,9 +29,9 @@ def identity_errors(model, cache, layer: int, batch: int = 0) -> dict[str, float
     - ``ov_per_head``: c̃_h W̃_OV,h = z_h W_O,h + b_O/H (not defined under ``transformer_lens`` processing,
       which moves value biases into b_O);
     - ``mlp_up`` / ``mlp_gate``: x̃ W̃_in = pre-activations; ``mlp_out``: [1, act] W̃_out = MLP output."""
-    w = layer_weights(model, layer)
-    hook = lambda name: cache[f"blocks.{layer}.{name}"][batch].double()  # noqa: E731
-    x = homogeneous(cache[input_hook(model, layer, "attn")][batch].double())
+    w = layer_weights(model, layer, device="cpu")  # checked on the CPU, in float64, whatever the model's device
+    hook = lambda name: cache[f"blocks.{layer}.{name}"][batch].cpu().double()  # noqa: E731
+    x = homogeneous(cache[input_hook(model, layer, "attn")][batch].cpu().double())
     q, k = hook("attn.hook_q"), hook("attn.hook_k")[:, w.kv_head]
     dots = torch.einsum("ihe,jhe->hij", q, k)
     # Two operands per product: torch contracts a longer einsum left to right, through a
@@ -47,7 +47,7 @@ def identity_errors(model, cache, layer: int, batch: int = 0) -> dict[str, float
         z = hook("attn.hook_z")
         expected = torch.einsum("qhe,hem->hqm", z, w.W_O.double()) + w.b_O.double() / w.n_heads
         errors["ov_per_head"] = relative_error(heads, expected)
-    x_mlp = homogeneous(cache[input_hook(model, layer, "mlp")][batch].double())
+    x_mlp = homogeneous(cache[input_hook(model, layer, "mlp")][batch].cpu().double())
     hooks = {"up": "mlp.in.hook_out", "gate": "mlp.gate.hook_out"}
     for name, matrix in mlp_in_matrices(w).items():
         errors[f"mlp_{name}"] = relative_error(x_mlp @ matrix.double(), hook(hooks[name]))

@@ -87,15 +87,18 @@ class LayerBases:
 
 
 def layer_bases(model, layer: int) -> LayerBases:
-    w = layer_weights(model, layer)
+    """The bases of one layer, computed on the CPU in float64 (docs/methods.md §0), then moved to the model's
+    device in float32."""
+    w = layer_weights(model, layer, device="cpu")
     svds = layer_svds(w)
     Q, _ = qk_factors(w)
     A = svds["qk"].U.transpose(1, 2) @ Q.double()  # Q̃ = U A (Q̃ lies in span U)
     V = svds["ov"].V
     from_z = w.W_O.double() @ V
     bias = torch.einsum("d,hdr->hr", w.b_O.double() / w.n_heads, V)
-    return LayerBases(A.float(), torch.linalg.inv(A).float(), V.float(), from_z.float(), bias.float(),
-                      {k: svds[k].V.float() for k in ("mlp_gate", "mlp_up", "mlp_out") if k in svds})
+    on = lambda t: t.float().to(model.device)  # noqa: E731
+    return LayerBases(on(A), on(torch.linalg.inv(A)), on(V), on(from_z), on(bias),
+                      {k: on(svds[k].V) for k in ("mlp_gate", "mlp_up", "mlp_out") if k in svds})
 
 
 PARAMETRISATIONS = ("sigmoid", "hard_concrete")
@@ -123,11 +126,11 @@ class DirectionMasks(torch.nn.Module):
         if not 0.0 < init < 1.0:
             raise ValueError(f"init={init} must lie strictly between 0 and 1 (paper 1 uses 0.99)")
         self.parametrisation = parametrisation
-        logit = float(torch.logit(torch.tensor(init)))
+        logit = float(torch.logit(torch.tensor(init, device="cpu")))  # float32's logit, as masks always started
         self.shapes = direction_shapes(model)
         self.n_layers = model.n_layers
         self.logits = torch.nn.ParameterDict({
-            f"{layer}_{kind}": torch.nn.Parameter(torch.full(shape, logit))
+            f"{layer}_{kind}": torch.nn.Parameter(torch.full(shape, logit, device=model.device))
             for layer in range(model.n_layers) for kind, shape in self.shapes.items()})
         self.noise = torch.Generator().manual_seed(0)
         self.eval()
@@ -141,7 +144,8 @@ class DirectionMasks(torch.nn.Module):
             return torch.sigmoid(logit)
         beta, gamma, zeta = HARD_CONCRETE["beta"], HARD_CONCRETE["gamma"], HARD_CONCRETE["zeta"]
         if self.training:
-            u = torch.rand(logit.shape, generator=self.noise).clamp(1e-6, 1 - 1e-6)
+            # drawn on the CPU (the generator's), then moved: the same noise on every device
+            u = torch.rand(logit.shape, generator=self.noise, device="cpu").to(logit.device).clamp(1e-6, 1 - 1e-6)
             s = torch.sigmoid((torch.log(u) - torch.log1p(-u) + logit) / beta)
         else:
             s = torch.sigmoid(logit)
@@ -151,7 +155,7 @@ class DirectionMasks(torch.nn.Module):
         """The sparsity term: Σ m (sigmoid) or the expected number of non-zero masks (hard concrete)."""
         if self.parametrisation == "sigmoid":
             return sum(torch.sigmoid(p).sum() for p in self.logits.values())
-        shift = HARD_CONCRETE["beta"] * torch.log(torch.tensor(-HARD_CONCRETE["gamma"] / HARD_CONCRETE["zeta"]))
+        shift = HARD_CONCRETE["beta"] * torch.log(torch.tensor(-HARD_CONCRETE["gamma"] / HARD_CONCRETE["zeta"], device="cpu"))
         return sum(torch.sigmoid(p - shift).sum() for p in self.logits.values())
 
     def eval_values(self) -> dict[str, torch.Tensor]:
@@ -184,9 +188,13 @@ class FixedMasks:
     def count(self) -> int:
         return sum(v.numel() for v in self.blocks.values())
 
+    def to(self, device) -> "FixedMasks":
+        """The same masks on ``device``."""
+        return FixedMasks({name: v.to(device) for name, v in self.blocks.items()})
+
     @classmethod
     def ones(cls, model) -> "FixedMasks":
-        return cls({f"{layer}_{kind}": torch.ones(shape) for layer in range(model.n_layers)
+        return cls({f"{layer}_{kind}": torch.ones(shape, device=model.device) for layer in range(model.n_layers)
                     for kind, shape in direction_shapes(model).items()})
 
     @classmethod
@@ -239,7 +247,7 @@ class MaskedModel:
                     continue
                 hooks.append((f"blocks.{layer}.{name}", self._recorder(store, layer, kind)))
         with torch.no_grad(), self.model.bridge.hooks(fwd_hooks=hooks):
-            self.model.body(input_ids=tokens)
+            self.model.body(input_ids=tokens.to(self.model.device))
         return store
 
     def _recorder(self, store, layer, kind):
@@ -289,7 +297,7 @@ class MaskedModel:
         """Forward hooks that apply ``masks`` under ``rule`` (except to the (layer, kind) pairs in ``skip``).
         A kind masked at the answer position only has its coefficients computed there and nowhere else (its
         change is zero at every other position)."""
-        at_answer = (torch.arange(answer_pos.shape[0]), answer_pos)
+        at_answer = (torch.arange(answer_pos.shape[0], device=answer_pos.device), answer_pos)
         hooks = []
         for layer in range(len(self.bases)):
             for kind in self._kinds(layer):
@@ -376,7 +384,7 @@ class MaskedModel:
         if (layer, kind) not in self._from_input:
             module, weight = self._linear(layer, kind)
             V = self.bases[layer].mlp[kind].double()
-            bias = module.bias if module.bias is not None else torch.zeros(weight.shape[1])
+            bias = module.bias if module.bias is not None else weight.new_zeros(weight.shape[1])
             self._from_input[layer, kind] = (module, (weight.detach().double() @ V).float(),
                                              (bias.detach().double() @ V).float())
         return self._from_input[layer, kind]
@@ -395,8 +403,10 @@ class MaskedModel:
         return forwards_replaced(replacements)
 
     def masked_final_logits(self, masks, rule: AblationRule, tokens, answer_pos, references) -> torch.Tensor:
-        # one draw per block, in the hooks' order, so that hard-concrete samples do not depend on the path
-        masks = FixedMasks({f"{layer}_{kind}": masks.values(layer, kind)
+        # one draw per block, in the hooks' order, so that hard-concrete samples do not depend on the path;
+        # masks made elsewhere (a circuit file, a control) join the model on its device
+        device = self.model.device
+        masks = FixedMasks({f"{layer}_{kind}": masks.values(layer, kind).to(device)
                             for layer in range(len(self.bases)) for kind in self._kinds(layer)})
         pairs = self.factored_kinds(rule)
         hooks = self.masked_hooks(masks, rule, references, answer_pos, skip=set(pairs))

@@ -30,7 +30,7 @@ def grid_steps(weight: torch.Tensor, group: int = GROUP, max_divisor: int = 8, t
         raise ValueError(f"last dimension {weight.shape[-1]} is not a multiple of group={group}")
     values = weight.detach().double().reshape(-1, group)
     diffs = values - values.min(dim=1, keepdim=True).values
-    ordered = diffs.sort(dim=1).values
+    ordered = diffs.sort(dim=1, stable=True).values
     gaps = ordered[:, 1:] - ordered[:, :-1]
     eps = 1e-5 * values.abs().amax(dim=1, keepdim=True).clamp_min(1e-30)  # float32 rounding of dequantized values
     smallest_gap = torch.where(gaps > eps, gaps, torch.inf).min(dim=1, keepdim=True).values
@@ -77,7 +77,8 @@ def _perturbed(model, layer: int, generator: torch.Generator):
     try:
         with torch.no_grad():
             for name, p in params.items():
-                uniform = torch.rand(p.shape, generator=generator, dtype=torch.float64) * 2 - 1  # var 1/3
+                # drawn on the CPU (the generator's), then moved: the same draw on every device
+                uniform = torch.rand(p.shape, generator=generator, dtype=torch.float64, device="cpu").to(p.device) * 2 - 1
                 p.add_((uniform * 3 ** 0.5 * stds[name].double()).to(p.dtype))
         yield
     finally:
@@ -90,9 +91,9 @@ def noise_floor(model, layer: int, seed: int = 0) -> dict[str, torch.Tensor]:
     """σ_max of the change of each augmented matrix under one draw of quantization error.
 
     Returns {"qk": [n_heads], "ov": [n_heads], "mlp_up": [], "mlp_gate": [] (gated MLPs), "mlp_out": []}."""
-    clean = layer_weights(model, layer)
+    clean = layer_weights(model, layer, device="cpu")  # weight-side SVDs on the CPU (docs/methods.md §0)
     with _perturbed(model, layer, torch.Generator().manual_seed(seed)):
-        noisy = layer_weights(model, layer)
+        noisy = layer_weights(model, layer, device="cpu")
     out = {}
     for kind, factors in (("qk", qk_factors), ("ov", ov_factors)):
         (A, B), (A2, B2) = factors(clean), factors(noisy)

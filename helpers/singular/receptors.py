@@ -20,7 +20,8 @@ from helpers.core.logits import token_columns
 
 def answer_ov_coefficients(masked: MaskedModel, tokens: torch.Tensor, answer_pos: torch.Tensor) -> torch.Tensor:
     """[n, L, H, r] OV coefficients of every head at each prompt's answer position."""
-    rows = torch.arange(tokens.shape[0])
+    answer_pos = answer_pos.to(masked.model.device)
+    rows = torch.arange(tokens.shape[0], device=answer_pos.device)
     per_layer = masked.coefficients(tokens, kinds=("ov",))
     return torch.stack([layer["ov"][rows, answer_pos] for layer in per_layer], dim=1)
 
@@ -36,8 +37,9 @@ def contrast_vector(model, token_a: torch.Tensor | int, token_b: torch.Tensor | 
 def final_norm_scale(model, tokens: torch.Tensor, answer_pos: torch.Tensor) -> torch.Tensor:
     """[n] the final norm's scale (RMS or std of the residual) at each prompt's answer position."""
     with torch.no_grad():
-        _, cache = model.bridge.run_with_cache(tokens, names_filter=["ln_final.hook_scale"])
-    return cache["ln_final.hook_scale"][torch.arange(tokens.shape[0]), answer_pos].reshape(-1).double()
+        _, cache = model.bridge.run_with_cache(tokens.to(model.device), names_filter=["ln_final.hook_scale"])
+    rows, answer_pos = torch.arange(tokens.shape[0], device=model.device), answer_pos.to(model.device)
+    return cache["ln_final.hook_scale"][rows, answer_pos].reshape(-1).double()
 
 
 def ov_write_directions(masked: MaskedModel) -> torch.Tensor:
@@ -62,7 +64,7 @@ def receptor_statistics(coefficients: torch.Tensor, footprint: torch.Tensor, is_
 
     ``coefficients`` [n, L, H, r]; ``footprint`` [L, H, r] or [n, L, H, r]: change of logit(A) − logit(B) per
     unit coefficient; ``is_a`` [n] bool, True where A is the correct answer."""
-    is_a = torch.as_tensor(is_a, dtype=torch.bool)
+    is_a = torch.as_tensor(is_a, dtype=torch.bool, device=coefficients.device)
     if is_a.all() or not is_a.any():
         raise ValueError("receptors need prompts of both classes (is_a has only one value)")
     a = coefficients.double()
@@ -103,10 +105,10 @@ def _row(stats: dict, layer: int, head: int, k: int) -> dict:
 def ioi_slot_contrast(model, task: Task) -> tuple[torch.Tensor, torch.Tensor]:
     """IOI as two classes: ([n, d] contrast w_first − w_second of the two names in the order they appear,
     [n] True for ABBA prompts, where the first name is the IO)."""
-    roles = ioi_positions(task)
-    rows = torch.arange(len(task))
+    roles = ioi_positions(task)  # on the CPU
+    rows, clean = torch.arange(len(task), device="cpu"), task.clean.cpu()
     first, second = torch.minimum(roles["IO"], roles["S1"]), torch.maximum(roles["IO"], roles["S1"])
-    return contrast_vector(model, task.clean[rows, first], task.clean[rows, second]), roles["IO"] < roles["S1"]
+    return contrast_vector(model, clean[rows, first], clean[rows, second]), roles["IO"] < roles["S1"]
 
 
 def fitted_and_rescored(masked: MaskedModel, fit: Task, score: Task, contrast_of, min_separation: float, top: int,

@@ -16,7 +16,7 @@ from helpers.singular.tasks import Task
 
 def valid_positions(task: Task) -> torch.Tensor:
     """[n, T] True up to each prompt's answer position (right padding excluded)."""
-    return torch.arange(task.clean.shape[1])[None] <= task.answer_pos[:, None]
+    return torch.arange(task.clean.shape[1], device=task.answer_pos.device)[None] <= task.answer_pos[:, None]
 
 
 @dataclass
@@ -28,6 +28,7 @@ class Prepared:
 
 
 def prepare(masked: MaskedModel, task: Task, rule: AblationRule) -> Prepared:
+    task = task.to(masked.model.device)
     with torch.no_grad():
         log_p = torch.log_softmax(masked.final_logits(task.clean, task.answer_pos).double(), -1).float()
         refs = masked.references(rule, task.clean, task.corrupted, valid_positions(task))

@@ -49,7 +49,7 @@ def top_percent(scores: dict[str, torch.Tensor], percent: float, ranking: str = 
     names = list(scores)
     flat = torch.cat([scores[n].reshape(-1).double() for n in names])
     key = flat.abs() if ranking == "absolute" else flat
-    keep = torch.zeros(flat.numel())
+    keep = flat.new_zeros(flat.numel(), dtype=torch.float32)
     keep[torch.sort(key, descending=True, stable=True).indices[: n_at_percent(flat.numel(), percent)]] = 1.0
     return FixedMasks(split_like(keep, scores))
 
@@ -57,13 +57,15 @@ def top_percent(scores: dict[str, torch.Tensor], percent: float, ranking: str = 
 def random_scores(scores: dict[str, torch.Tensor], seed: int) -> dict[str, torch.Tensor]:
     """A random ranking of the same directions: scores replaced by a seeded permutation of 0 … n − 1."""
     total = sum(v.numel() for v in scores.values())
-    return split_like(torch.randperm(total, generator=torch.Generator().manual_seed(seed)).double(), scores)
+    device = next(iter(scores.values())).device
+    order = torch.randperm(total, generator=torch.Generator().manual_seed(seed), device="cpu")  # the same on every device
+    return split_like(order.double().to(device), scores)
 
 
 def metric_ends(evaluator: CircuitEvaluator, blocks: dict[str, torch.Tensor]) -> tuple[float, float]:
     """(m(N), m(∅)): the metric with every direction kept and with none, under the evaluator's rule."""
-    full = evaluator.evaluate(FixedMasks({n: torch.ones(v.shape) for n, v in blocks.items()}))["metric"]
-    empty = evaluator.evaluate(FixedMasks({n: torch.zeros(v.shape) for n, v in blocks.items()}))["metric"]
+    full = evaluator.evaluate(FixedMasks({n: torch.ones(v.shape, device=v.device) for n, v in blocks.items()}))["metric"]
+    empty = evaluator.evaluate(FixedMasks({n: torch.zeros(v.shape, device=v.device) for n, v in blocks.items()}))["metric"]
     if math.isclose(full, empty, rel_tol=0, abs_tol=1e-12):
         raise ValueError(f"the metric is {full} with every direction and {empty} with none: faithfulness "
                          f"(m(C) − m(∅)) / (m(N) − m(∅)) is undefined on these prompts")

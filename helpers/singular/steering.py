@@ -31,7 +31,7 @@ def receptor_shifts(receptors: pd.DataFrame, coefficients: torch.Tensor, is_a: t
     """Per layer, [n, d] Σ_k (ā_other − a_k) v_k over that layer's receptors (scale 1). Class means come
     from ``receptors`` (fitted on other prompts); ``coefficients`` [n, L, H, r] are these prompts' own."""
     shifts: dict[int, torch.Tensor] = {}
-    is_a = torch.as_tensor(is_a, dtype=torch.bool)
+    is_a = torch.as_tensor(is_a, dtype=torch.bool, device=coefficients.device)
     for r in receptors.itertuples():
         target = torch.where(is_a, r.mean_b, r.mean_a).double()
         delta = target - coefficients[:, r.layer, r.head, r.direction].double()
@@ -50,11 +50,12 @@ def additions_at(site: str, shifts: dict[int, torch.Tensor], scale: float) -> di
 
 
 def equal_norm_random(additions: dict[str, torch.Tensor], seed: int) -> dict[str, torch.Tensor]:
-    """Random directions with the same norm per prompt at the same hooks."""
+    """Random directions with the same norm per prompt at the same hooks (drawn on the CPU, then moved: the
+    same control on every device)."""
     generator = torch.Generator().manual_seed(seed)
     out = {}
     for name, vectors in additions.items():
-        noise = torch.randn(vectors.shape, generator=generator, dtype=torch.float64)
+        noise = torch.randn(vectors.shape, generator=generator, dtype=torch.float64, device="cpu").to(vectors.device)
         out[name] = noise / noise.norm(dim=-1, keepdim=True) * vectors.double().norm(dim=-1, keepdim=True)
     return out
 
@@ -62,12 +63,13 @@ def equal_norm_random(additions: dict[str, torch.Tensor], seed: int) -> dict[str
 def steered_final_logits(masked: MaskedModel, tokens: torch.Tensor, answer_pos: torch.Tensor,
                          additions: dict[str, torch.Tensor]) -> torch.Tensor:
     """[n, vocab] answer-position logits with each [n, d] vector added at its hook, answer position only."""
-    rows = torch.arange(tokens.shape[0])
+    answer_pos = answer_pos.to(masked.model.device)
+    rows = torch.arange(tokens.shape[0], device=answer_pos.device)
 
     def adder(vectors):
         def hook(value, hook):
             value = value.clone()
-            value[rows, answer_pos] += vectors.to(value.dtype)
+            value[rows, answer_pos] += vectors.to(value.device, value.dtype)
             return value
         return hook
     with torch.no_grad():
@@ -109,7 +111,7 @@ def direction_preview(masked: MaskedModel, tokens: torch.Tensor, layer: int, hea
     write direction v_k by ``scale`` (adding scale · v_k to the layer's attention output at the last
     position), and what v_k promotes directly."""
     v = masked.bases[layer].ov_V[head, :, direction]
-    pos = torch.tensor([tokens.shape[1] - 1])
+    pos = torch.tensor([tokens.shape[1] - 1], device=v.device)
     before = steered_final_logits(masked, tokens, pos, {})
     after = steered_final_logits(masked, tokens, pos, {layer_hook(layer): scale * v[None]})
     decode = lambda logits: [masked.model.tokenizer.decode([int(i)]) for i in logits[0].topk(k).indices]  # noqa: E731

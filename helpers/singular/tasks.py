@@ -87,9 +87,15 @@ class Task:
     def __len__(self) -> int:
         return len(self.prompts)
 
+    def to(self, device) -> "Task":
+        """The same task with its tensors on ``device`` (tasks are built on the CPU; ``make_task`` moves them to
+        the model's device)."""
+        move = lambda t: None if t is None else t.to(device)  # noqa: E731
+        return Task(self.name, self.prompts, move(self.clean), move(self.corrupted), move(self.answer_pos),
+                    move(self.correct), move(self.wrong), self.metric_name, self.dropped, move(self.digit_tokens))
+
     def subset(self, index) -> "Task":
-        index = torch.as_tensor(index)
-        pick = lambda t: None if t is None else t[index]  # noqa: E731
+        index = torch.as_tensor(index, device=self.clean.device)
         return Task(self.name, [self.prompts[i] for i in index.tolist()], self.clean[index], self.corrupted[index],
                     self.answer_pos[index], self.correct[index], self.wrong[index], self.metric_name, self.dropped,
                     self.digit_tokens)
@@ -100,8 +106,8 @@ class Task:
         first = {}
         for i, prompt in enumerate(self.prompts):
             first.setdefault(prompt, i)
-        unique = torch.tensor(sorted(first.values()))
-        order = unique[torch.randperm(len(unique), generator=torch.Generator().manual_seed(seed))]
+        unique = torch.tensor(sorted(first.values()), device="cpu")
+        order = unique[torch.randperm(len(unique), generator=torch.Generator().manual_seed(seed), device="cpu")]
         cut = int(round(fraction * len(unique)))
         if not 0 < cut < len(unique):
             raise ValueError(f"splitting {len(unique)} distinct {self.name} prompts at {fraction} leaves one part "
@@ -132,7 +138,7 @@ def _tokenise(model, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-padded ids (BOS first) and the index of each text's last token."""
     rows = [[model.tokenizer.bos_token_id] + model.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
     pad = model.tokenizer.pad_token_id if model.tokenizer.pad_token_id is not None else model.tokenizer.bos_token_id
-    return right_padded(rows, pad), torch.tensor([len(r) - 1 for r in rows])
+    return right_padded(rows, pad), torch.tensor([len(r) - 1 for r in rows], device="cpu")
 
 
 def _check_aligned(clean_pos: torch.Tensor, corrupt_pos: torch.Tensor, task: str) -> None:
@@ -182,7 +188,8 @@ def _ioi(model, n: int, seed: int, templates: list[str], all_names: list[str]) -
     clean_t, pos = _tokenise(model, clean)
     corrupt_t, pos_c = _tokenise(model, corrupt)
     _check_aligned(pos, pos_c, "ioi")
-    return Task("ioi", clean, clean_t, corrupt_t, pos, torch.tensor(io_ids), torch.tensor(s_ids), "logit diff IO − S",
+    return Task("ioi", clean, clean_t, corrupt_t, pos, torch.tensor(io_ids, device="cpu"),
+                torch.tensor(s_ids, device="cpu"), "logit diff IO − S",
                 dropped=dict(names=dropped_names, places=dropped_places, objects=dropped_objects,
                              repeated_draws=repeats))
 
@@ -216,7 +223,8 @@ def gender_task(model, n: int, seed: int = 0) -> Task:
     clean_t, pos = _tokenise(model, clean)
     corrupt_t, pos_c = _tokenise(model, corrupt)
     _check_aligned(pos, pos_c, "gender")
-    return Task("gender", clean, clean_t, corrupt_t, pos, torch.tensor(correct), torch.tensor(wrong),
+    return Task("gender", clean, clean_t, corrupt_t, pos, torch.tensor(correct, device="cpu"),
+                torch.tensor(wrong, device="cpu"),
                 "logit diff correct − wrong pronoun", dropped=dict(names=dropped_m + dropped_f))
 
 
@@ -257,14 +265,17 @@ def greater_than_task(model, n: int, seed: int = 0) -> Task:
     clean_t, pos = _tokenise(model, clean)
     corrupt_t, pos_c = _tokenise(model, corrupt)
     _check_aligned(pos, pos_c, "greater-than")
-    return Task("greater_than", clean, clean_t, corrupt_t, pos, torch.tensor(thresholds), torch.full((n,), -1),
-                "P(YY' > YY) − P(YY' ≤ YY)", dropped=dict(nouns=dropped_nouns, years_rejected=rejected, repeated_draws=repeats), digit_tokens=torch.tensor(digits))
+    return Task("greater_than", clean, clean_t, corrupt_t, pos, torch.tensor(thresholds, device="cpu"),
+                torch.full((n,), -1, device="cpu"), "P(YY' > YY) − P(YY' ≤ YY)",
+                dropped=dict(nouns=dropped_nouns, years_rejected=rejected, repeated_draws=repeats),
+                digit_tokens=torch.tensor(digits, device="cpu"))
 
 
 TASKS = {"ioi": ioi_task, "gender": gender_task, "greater_than": greater_than_task}
 
 
 def make_task(name: str, model, n: int, seed: int = 0) -> Task:
+    """``n`` prompts of the task ``name`` from ``seed`` (on the CPU; ``Task.to`` moves them)."""
     if name not in TASKS:
         raise ValueError(f"task {name!r} is not one of {sorted(TASKS)}")
     return TASKS[name](model, n, seed)
@@ -296,19 +307,19 @@ def check_prompt_count(n, minimum: int = 1, why: str = "") -> None:
 
 def answer_logits(logits: torch.Tensor, task: Task) -> torch.Tensor:
     """[n, vocab] logits at each prompt's answer position, from [n, T, vocab]."""
-    return logits[torch.arange(logits.shape[0]), task.answer_pos]
+    return logits[torch.arange(logits.shape[0], device=logits.device), task.answer_pos.to(logits.device)]
 
 
 def logit_diff(final_logits: torch.Tensor, task: Task) -> torch.Tensor:
     """[n] logit(correct) − logit(wrong) at the answer position (IOI, gender)."""
-    rows = torch.arange(final_logits.shape[0])
-    return final_logits[rows, task.correct] - final_logits[rows, task.wrong]
+    rows, device = torch.arange(final_logits.shape[0], device=final_logits.device), final_logits.device
+    return final_logits[rows, task.correct.to(device)] - final_logits[rows, task.wrong.to(device)]
 
 
 def with_first_digit(task: Task, digit: int) -> Task:
     """Greater-than for digit tokenizers: every prompt (clean and corrupted) with the first digit ``digit``
     ("0".."9") appended, and the answer position moved onto it, so its logits predict the second digit."""
-    rows = torch.arange(len(task))
+    rows = torch.arange(len(task), device=task.clean.device)
     token = task.digit_tokens[digit]
 
     def extend(tokens):
@@ -338,8 +349,8 @@ def year_probabilities(final_logits_of, task: Task) -> torch.Tensor:
 
 def probability_difference(year_probs: torch.Tensor, task: Task) -> torch.Tensor:
     """[n] Σ_{y>YY} p(y) − Σ_{y≤YY} p(y)."""
-    years = torch.arange(100)
-    above = years[None, :] > task.correct[:, None]
+    years = torch.arange(100, device=year_probs.device)
+    above = years[None, :] > task.correct.to(year_probs.device)[:, None]
     return (year_probs * above).sum(-1) - (year_probs * ~above).sum(-1)
 
 
@@ -351,13 +362,14 @@ def ioi_positions(task: Task) -> dict[str, torch.Tensor]:
     mentions), end (the answer position). Names are single tokens, so each is found by its id."""
     if task.name != "ioi":
         raise ValueError(f"ioi_positions needs the IOI task, not {task.name!r}")
-    out = {role: torch.zeros(len(task), dtype=torch.long) for role in IOI_ROLES}
+    out = {role: torch.zeros(len(task), dtype=torch.long, device="cpu") for role in IOI_ROLES}  # indices: CPU
+    clean, correct, wrong, answer_pos = (t.cpu() for t in (task.clean, task.correct, task.wrong, task.answer_pos))
     for n in range(len(task)):
-        row = task.clean[n, : int(task.answer_pos[n]) + 1]
-        io = (row == task.correct[n]).nonzero().flatten()
-        s = (row == task.wrong[n]).nonzero().flatten()
+        row = clean[n, : int(answer_pos[n]) + 1]
+        io = (row == correct[n]).nonzero().flatten()
+        s = (row == wrong[n]).nonzero().flatten()
         if len(io) != 1 or len(s) != 2:
             raise ValueError(f"IOI prompt {n} ({task.prompts[n]!r}) names IO {len(io)}× and S {len(s)}×; expected 1 and 2")
         out["IO"][n], out["S1"][n], out["S2"][n] = io[0], s[0], s[1]
-        out["end"][n] = task.answer_pos[n]
+        out["end"][n] = answer_pos[n]
     return out

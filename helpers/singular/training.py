@@ -15,6 +15,7 @@ import pandas as pd
 import torch
 
 from helpers.core.cache import cache_dir, load_verified, save_verified
+from helpers.core.device import off_cpu_key
 from helpers.singular.circuits import CircuitEvaluator, evaluate_circuit
 from helpers.singular.masks import AblationRule, DirectionMasks, FixedMasks, MaskedModel
 from helpers.singular.references import Prepared, kl_to_full, prepare, select_rows
@@ -129,12 +130,14 @@ def masking_prompts(model, task_name: str, n_prompts: int, seed: int = 0) -> tup
     """The (training, held-out) prompts of a masking run: ``n_prompts`` of the task from ``seed``, split half/half
     with the same seed."""
     check_prompt_count(n_prompts, 2, " (half of them train the masks, the other half is held out)")
-    return make_task(task_name, model, n_prompts, seed=seed).split(0.5, seed=seed)
+    return make_task(task_name, model, n_prompts, seed=seed).to(model.device).split(0.5, seed=seed)
 
 
 def training_key(model, task: Task, rule: AblationRule, config: TrainConfig, maps: str) -> str:
     """Cache key of a training: everything that changes its result, ``maps`` (``MaskedModel.maps``) included,
-    since factored and hooked MLP maps differ by float rounding, which training carries into its masks."""
+    since factored and hooked MLP maps differ by float rounding, which training carries into its masks; off
+    the CPU, also the device's numerics (``helpers.core.device.off_cpu_key``): masks trained on a GPU are
+    never loaded for a CPU run, nor the other way round."""
     settings = asdict(config)
     if settings["parametrisation"] == "sigmoid":  # masks saved before the field existed keep their key
         del settings["parametrisation"]
@@ -142,6 +145,7 @@ def training_key(model, task: Task, rule: AblationRule, config: TrainConfig, map
                   config=settings, torch_threads=torch.get_num_threads())  # results differ between thread counts
     if maps != "hooks":  # masks trained through hooks, saved before maps could be factored, keep their key
         record["maps"] = maps
+    record.update(off_cpu_key(model.device))  # empty on the CPU: CPU masks keep the keys they always had
     return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -166,6 +170,7 @@ def train_masks(masked: MaskedModel, task: Task, rule: AblationRule, config: Tra
                 progress: bool = True, use_cache: bool = True) -> tuple[DirectionMasks, pd.DataFrame]:
     """Train masks on ``task`` (the training split); returns the masks and the training history."""
     model = masked.model
+    task = task.to(model.device)
     path = cache_dir("masks") / f"{model.name}-{task.name}-{training_key(model, task, rule, config, masked.maps)}.pt"
     masks = DirectionMasks(model, init=config.init, parametrisation=config.parametrisation)
     saved = load_verified(path, "trained masks") if use_cache else None
@@ -182,11 +187,12 @@ def continue_training(masked: MaskedModel, masks: DirectionMasks, task: Task, ru
     """Train ``masks`` from their present logits: ``config.steps`` steps of one new AdamW optimiser, with
     batches and hard-concrete noise seeded from ``config.seed``. ``train_masks`` runs it from the initial
     masks, ``helpers.singular.alpha_path`` from a lighter α's trained ones. Returns the history rows."""
+    task = task.to(masked.model.device)
     prepared = prepare(masked, task, rule)
     masks.noise.manual_seed(config.seed)
     masks.train()
     optimiser = torch.optim.AdamW(masks.parameters(), lr=config.lr, weight_decay=0.0)
-    generator = torch.Generator().manual_seed(config.seed)
+    generator = torch.Generator().manual_seed(config.seed)  # batches drawn on the CPU: the same on every device
     history = []
     steps = range(config.steps)
     if progress:
@@ -194,7 +200,7 @@ def continue_training(masked: MaskedModel, masks: DirectionMasks, task: Task, ru
 
         steps = tqdm(steps, desc=desc or f"training masks ({task.name})")
     for step in steps:
-        index = torch.randperm(len(task), generator=generator)[: config.batch]
+        index = torch.randperm(len(task), generator=generator, device="cpu")[: config.batch].to(task.clean.device)
         kl, total, loss = training_step(masked, masks, rule, task, prepared, index, optimiser, config)
         if step % config.log_every == 0 or step == config.steps - 1:
             kept = masks.n_kept()
@@ -209,7 +215,8 @@ def saved_training(masked: MaskedModel, masks: DirectionMasks, history: list[dic
     """What a trained set of masks is saved as: their state, the history, and a record of the training."""
     return {"state": masks.state_dict(), "history": history,
             "record": dict(model=masked.model.record(), task=task.name, rule=rule.record(), config=asdict(config),
-                           maps=masked.maps, torch_threads=torch.get_num_threads())}
+                           maps=masked.maps, torch_threads=torch.get_num_threads(),
+                           numerics=masked.model.numerics())}
 
 
 def alpha_sweep(masked: MaskedModel, train: Task, evaluator: CircuitEvaluator, rule: AblationRule,

@@ -212,15 +212,16 @@ def sample_tokens(tokenizer, corpus: str = "python-docs", n_tokens: int = 16_384
     if saved is not None:
         return TokenSample(corpus, text_hash, saved["sequences"], saved["positions"], saved["n_chars"])
     bos = tokenizer.bos_token_id
-    sequences = [torch.tensor([bos] + tokenizer(p, add_special_tokens=False)["input_ids"][: max_tokens - 1])
+    # token ids are device-free: built on the CPU (consumers move the batches they run)
+    sequences = [torch.tensor([bos] + tokenizer(p, add_special_tokens=False)["input_ids"][: max_tokens - 1], device="cpu")
                  for p in paragraphs]
-    candidates = torch.cat([torch.stack([torch.full((len(s) - 1,), i), torch.arange(1, len(s))], 1)
+    candidates = torch.cat([torch.stack([torch.full((len(s) - 1,), i, device="cpu"), torch.arange(1, len(s), device="cpu")], 1)
                             for i, s in enumerate(sequences)])
     if n_tokens > len(candidates):
         raise ValueError(f"n_tokens={n_tokens} exceeds the corpus' {len(candidates)} non-BOS tokens; "
                          f"use a smaller n_tokens or a larger corpus")
-    pick = torch.randperm(len(candidates), generator=torch.Generator().manual_seed(seed))[:n_tokens]
-    positions = candidates[pick.sort().values]
+    pick = torch.randperm(len(candidates), generator=torch.Generator().manual_seed(seed), device="cpu")[:n_tokens]
+    positions = candidates[pick.sort(stable=True).values]
     n_chars = sum(len(p) for p in paragraphs)
     save_verified(dict(sequences=sequences, positions=positions, n_chars=n_chars), path)
     atomic_write_json(path.with_suffix(".json"), dict(corpus=corpus, sha256=text_hash, n_tokens=n_tokens, seed=seed))

@@ -61,7 +61,7 @@ def released_lens(model, directions: torch.Tensor) -> torch.Tensor:
                          f"processing='raw' (got {model.processing!r})")
     gain = final_norm(model).gain.double()
     w = gain - 1.0 if model.arch.gain_one_plus else gain
-    u = directions.double()
+    u = directions.double().to(model.device)
     u = u / u.pow(2).mean(-1, keepdim=True).sqrt()
     return ((u * w).float() @ model.hf_model.lm_head.weight.detach().T).double()
 
@@ -85,7 +85,7 @@ def released_c(model, plans, results: dict, texts: SteerTexts, thresholds: dict,
     for plan in residual:
         tile = plan.sets["tile"]
         lift = results[plan.name]["f"]["tile"]
-        top = lift.argsort(descending=True)[:RELEASED_MOUNTS]
+        top = lift.argsort(descending=True, stable=True)[:RELEASED_MOUNTS]  # equal lifts: the earlier mount
         mounts = tile.U[:, top].T
         ours = tile.U[:, int(tile.S.argmax())]
         lenses = dict(gain=lens(model, mounts, float64=False), w=released_lens(model, mounts))

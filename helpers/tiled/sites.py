@@ -72,13 +72,14 @@ def all_sites(model, layers=None, names=SITES) -> list[Site]:
     return [Site(layer, name) for layer in layers for name in names if name != "mlp.gate" or model.arch.gated_mlp]
 
 
-def site_matrix(model, site: Site) -> torch.Tensor:
-    """W [d_out, d_in] of the site, as the checkpoint has it (float32 copy of the module's own weight). For
-    GQA models ``attn.k`` and ``attn.v`` have one block of rows per key/value head."""
+def site_matrix(model, site: Site, device="cpu") -> torch.Tensor:
+    """W [d_out, d_in] of the site, as the checkpoint has it (float32 copy of the module's own weight), on
+    ``device``: the CPU by default, where the weight-side sets are built (docs/methods.md §0). For GQA models
+    ``attn.k`` and ``attn.v`` have one block of rows per key/value head."""
     module = _linear(model, site)
     module = getattr(module, "original_component", module)
     weight = module.weight.detach()
-    return (weight.T if type(module).__name__ == "Conv1D" else weight).float().clone().contiguous()
+    return (weight.T if type(module).__name__ == "Conv1D" else weight).to(device, torch.float32, copy=True).contiguous()
 
 
 def steer_hook(model, site: Site) -> str:
@@ -96,13 +97,18 @@ def _linear(model, site: Site) -> torch.nn.Module:
 
 
 def randomise_weights(model, seed: int) -> None:
-    """Negative control: every parameter of the model re-drawn by its architecture's initialiser (seeded)."""
+    """Negative control: every parameter of the model re-drawn by its architecture's initialiser (seeded),
+    on the CPU: the global generator of another device draws other numbers, so the model is moved to the
+    CPU for the draw and back after it, and the control is the same model on every device."""
+    device = model.device
+    model.hf_model.to("cpu")
     torch.manual_seed(seed)
     with torch.no_grad():
         model.hf_model.apply(model.hf_model._init_weights)
         for module in model.hf_model.modules():  # norms: the initialiser leaves them at their defaults
             if "norm" in type(module).__name__.lower() and getattr(module, "weight", None) is not None:
                 module.weight.normal_(0.0, 0.02).add_(0.0 if model.arch.gain_one_plus else 1.0)
+    model.hf_model.to(device)
 
 
 def permute_site_columns(model, seed: int, sites: list[Site] | None = None) -> None:
@@ -115,5 +121,5 @@ def permute_site_columns(model, seed: int, sites: list[Site] | None = None) -> N
             weight = module.weight
             transposed = type(module).__name__ == "Conv1D"  # GPT-2's Conv1D stores [d_in, d_out]
             n_in = weight.shape[0] if transposed else weight.shape[1]
-            order = torch.randperm(n_in, generator=generator)
+            order = torch.randperm(n_in, generator=generator, device="cpu").to(weight.device)
             weight.copy_(weight[order] if transposed else weight[:, order])

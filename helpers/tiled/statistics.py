@@ -16,6 +16,11 @@ sequences of about one length (``pass_batches``).
 A stream is a site's output (ΔH) or an effective path's: ``mlp.up~eff`` reads act(gate) ⊙ up (the input of
 ``mlp.down``), ``attn.v~eff`` the o_proj input averaged over the query heads of each KV head. Per-token data
 never leave a batch: memory is the statistics plus one batch of activations.
+
+Devices: the statistics accumulate on the model's device; the direction sets are built on the CPU (weight
+side, docs/methods.md §0) and each is moved once; the PCA and effective-path fits are built on the CPU from
+the fit half's sums, and the few nearly singular systems go to the CPU's SVD-based solver gelsd (CUDA has
+none), so that they are solved the same way on every device.
 """
 from __future__ import annotations
 
@@ -56,14 +61,15 @@ class StreamPlan:
 class _Stream:
     """Accumulators of one stream."""
 
-    def __init__(self, plan: StreamPlan, d_out: int, seed: int):
+    def __init__(self, plan: StreamPlan, d_out: int, seed: int, device="cpu"):
         self.plan, self.d = plan, d_out
         self.tokens = {"fit": 0, "score": 0}
         if plan.pca_count:
             s = min(d_out, max(plan.sketch_width, 4 * plan.pca_count + 16))
-            g = torch.randn(d_out, s, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
-            self.omega = torch.linalg.qr(g)[0]
-            self.sketch = torch.zeros(d_out, s, dtype=torch.float64)
+            g = torch.randn(d_out, s, generator=torch.Generator().manual_seed(seed), dtype=torch.float64, device="cpu")
+            self.omega = torch.linalg.qr(g)[0].to(device)  # drawn and orthonormalised on the CPU, then moved
+            self.sketch = torch.zeros(d_out, s, dtype=torch.float64, device=device)
+        self.on_device: dict[str, torch.Tensor] = {}  # each set's U on the statistics' device, moved once
         self.energy: dict[str, torch.Tensor] = {}
         self.bases: dict[str, torch.Tensor] = {}
         self.span: dict[str, float] = {}
@@ -78,8 +84,8 @@ class _Stream:
             self.sketch += unit.T @ (unit @ self.omega)
 
     def pca(self) -> Mounts:
-        """Top eigenvectors of the sketched second moment (Nyström, stabilised; Tropp et al. 2017)."""
-        Y, omega = self.sketch / max(self.tokens["fit"], 1), self.omega
+        """Top eigenvectors of the sketched second moment (Nyström, stabilised; Tropp et al. 2017), on the CPU."""
+        Y, omega = (self.sketch / max(self.tokens["fit"], 1)).cpu(), self.omega.cpu()
         nu = 1e-10 * float(Y.norm())
         Y_nu = Y + nu * omega
         B = omega.T @ Y_nu
@@ -88,7 +94,12 @@ class _Stream:
         U, S, _ = torch.linalg.svd(F, full_matrices=False)  # M ≈ U diag(S² − ν) Uᵀ, S descending
         n = self.plan.pca_count
         values = (S[:n] ** 2 - nu).clamp_min(0)
-        return Mounts(canonical_signs(U[:, :n]), values, torch.full((len(values),), -1))
+        return Mounts(canonical_signs(U[:, :n]), values, torch.full((len(values),), -1, device="cpu"))
+
+    def _u(self, name: str, mounts: Mounts, device) -> torch.Tensor:
+        if name not in self.on_device:
+            self.on_device[name] = mounts.U.to(device)
+        return self.on_device[name]
 
     def score(self, h: torch.Tensor) -> None:
         h = h.double()
@@ -97,22 +108,24 @@ class _Stream:
         self.total_sq += float(sq.sum())
         weight = 1.0 / (sq + EPS)
         for name, mounts in self.plan.sets.items():
-            projections = h @ mounts.U  # [m, n]
+            U = self._u(name, mounts, h.device)
+            projections = h @ U  # [m, n]
             self.energy[name] = self.energy.get(name, 0) + (projections ** 2 * weight[:, None]).sum(0)
             if name not in self.bases:
-                self.bases[name] = orthonormal_basis(mounts.U)
+                self.bases[name] = orthonormal_basis(mounts.U).to(h.device)  # on the CPU, then moved
             Q = self.bases[name]
             self.span[name] = self.span.get(name, 0.0) + float((((h @ Q) ** 2).sum(-1) * weight).sum())
         for name, mounts in self.plan.coverage_sets.items():
+            U = self._u(f"coverage/{name}", mounts, h.device)
             if name not in self.grams:
-                self.grams[name] = mounts.U.double().T @ mounts.U.double()
-            residuals = best_direction_residuals(h, mounts.U, self.plan.best, self.grams[name])
+                self.grams[name] = U.double().T @ U.double()
+            residuals = best_direction_residuals(h, U, self.plan.best, self.grams[name])
             self.residual[name] = self.residual.get(name, 0.0) + float(residuals.sum())
 
     def results(self) -> dict:
         n = max(self.tokens["score"], 1)
         return dict(tokens=dict(self.tokens),
-                    f={k: (v / n) for k, v in self.energy.items()},
+                    f={k: (v / n).cpu() for k, v in self.energy.items()},
                     span={k: v / n for k, v in self.span.items()},
                     coverage={k: 1.0 - v / max(self.total_sq, EPS) for k, v in self.residual.items()})
 
@@ -135,7 +148,7 @@ def best_direction_residuals(h: torch.Tensor, U: torch.Tensor, best: int = COVER
     p = h @ U  # [m, n]; U's columns are unit, so |p| ranks them by |cos|
     sq = (h * h).sum(-1)
     if U.shape[1] <= best:
-        c = torch.linalg.lstsq(gram, p.T, driver="gelsd").solution  # one system for every token
+        c = cpu_lstsq(gram, p.T)  # one system for every token
         return sq - (p * c.T).sum(-1)
     picked = p.abs().topk(best, dim=-1).indices  # [m, best]
     b = torch.gather(p, 1, picked)
@@ -158,8 +171,14 @@ def normal_solve(G: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return torch.cholesky_solve(b[..., None], L)[..., 0]
     c = torch.empty_like(b)
     c[good] = torch.cholesky_solve(b[good][..., None], L[good])[..., 0]
-    c[~good] = torch.linalg.lstsq(G[~good], b[~good][..., None], driver="gelsd").solution[..., 0]
+    c[~good] = cpu_lstsq(G[~good], b[~good][..., None])[..., 0]
     return c
+
+
+def cpu_lstsq(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+    """The least-squares solution of A X = B by the SVD-based LAPACK solver gelsd, on the CPU whatever the
+    inputs' device (CUDA offers only gels, which assumes full rank), returned on their device."""
+    return torch.linalg.lstsq(A.cpu(), B.cpu(), driver="gelsd").solution.to(B.device)
 
 
 class SiteStatistics:
@@ -167,7 +186,7 @@ class SiteStatistics:
 
     def __init__(self, model, plans: list[StreamPlan], seed: int = 0):
         self.model, self.plans = model, plans
-        self.streams = {p.name: _Stream(p, _stream_width(model, p), seed) for p in plans}
+        self.streams = {p.name: _Stream(p, _stream_width(model, p), seed, model.device) for p in plans}
         self.effective_fits: dict[str, dict] = {}
 
     # --- hooks ----------------------------------------------------------------------------------------------
@@ -220,15 +239,16 @@ class SiteStatistics:
             bar.close()
 
     def _forward(self, tokens, chunk, by_sequence, names) -> dict[str, torch.Tensor]:
-        rows = torch.cat([torch.full((len(by_sequence[i]),), r) for r, i in enumerate(chunk)])
-        cols = torch.cat([torch.tensor(by_sequence[i]) for i in chunk])
+        device = self.model.device
+        rows = torch.cat([torch.full((len(by_sequence[i]),), r, device="cpu") for r, i in enumerate(chunk)]).to(device)
+        cols = torch.cat([torch.tensor(by_sequence[i], device="cpu") for i in chunk]).to(device)
         got = {}
 
         def grab(value, hook):
             got[hook.name] = value[rows, cols].reshape(len(rows), -1).detach()
             return value
         with torch.no_grad(), self.model.bridge.hooks(fwd_hooks=[(n, grab) for n in names]):
-            self.model.body(input_ids=tokens)
+            self.model.body(input_ids=tokens.to(device))
         return got
 
     def _fit_effective(self, plan: StreamPlan, got: dict) -> None:
@@ -287,14 +307,15 @@ def activation(model):
 
 
 def effective_matrix(model, plan: StreamPlan, fits: dict) -> torch.Tensor:
-    """The effective-path matrix of ``plan`` from its fit-half statistics."""
+    """The effective-path matrix of ``plan`` from its fit-half statistics (on the CPU, like every weight-side
+    matrix)."""
     if plan.kind == "mlp.up~eff":
         if not fits:
             raise ValueError(f"{plan.name}: no fit-half tokens to estimate the mean gate activation")
-        return gated_up_matrix(site_matrix(model, plan.site), fits["gate_sum"] / fits["n"])
+        return gated_up_matrix(site_matrix(model, plan.site), (fits["gate_sum"] / fits["n"]).cpu())
     if not fits:
         raise ValueError(f"{plan.name}: no fit-half tokens for the ridge map")
-    return ridge_map(fits["XtX"], fits["XtY"])
+    return ridge_map(fits["XtX"].cpu(), fits["XtY"].cpu())
 
 
 def effective_sets(model, plan: StreamPlan, fits: dict) -> None:

@@ -27,10 +27,12 @@ def rank_order(x: torch.Tensor) -> torch.Tensor:
     bits become an integer key of the same order (negatives reversed below the non-negatives), and each row
     is sorted by numpy's stable argsort, a radix sort for 16-bit keys, on the key's low half and then its
     high half, rows split over torch's threads. −0.0 ranks as +0.0 (a tie, as in the comparison sort); NaN is
-    refused."""
+    refused. Off the CPU the device's own stable sort does it (the same order by the same contract)."""
     values = x.detach().float()
     if torch.isnan(values).any():
         raise ValueError("rank_order: the values hold NaN, which has no rank")
+    if values.device.type != "cpu":
+        return torch.sort(values + 0.0, dim=-1, stable=True).indices  # + 0.0 turns −0.0 into +0.0
     bits = (values + 0.0).contiguous().view(torch.int32)  # + 0.0 turns −0.0 into +0.0
     key = bits ^ ((bits >> 31) | -2 ** 31)  # read as unsigned: negatives' bits flipped, non-negatives' sign set
     flat = key.reshape(-1, key.shape[-1])
@@ -51,8 +53,8 @@ def centred_ranks(x: torch.Tensor) -> torch.Tensor:
     """Ranks of x [..., V] along its last axis (``rank_order``: ties broken by position, negligible over a
     vocabulary), centred, unit norm per row."""
     order = rank_order(x)
-    positions = torch.arange(x.shape[-1], dtype=torch.float64).expand(order.shape)
-    r = torch.empty(order.shape, dtype=torch.float64).scatter_(-1, order, positions)
+    positions = torch.arange(x.shape[-1], dtype=torch.float64, device=order.device).expand(order.shape)
+    r = torch.empty(order.shape, dtype=torch.float64, device=order.device).scatter_(-1, order, positions)
     r -= r.mean(-1, keepdim=True)
     return r / r.norm(dim=-1, keepdim=True)
 
@@ -67,7 +69,7 @@ def spearman_rows(rows: torch.Tensor, b_ranks: torch.Tensor) -> torch.Tensor:
     Σ_k (k − mean rank) b_ranks[order_k] / ‖k − mean rank‖ over each row's sorted order (no rank vector is
     scattered; ``centred_ranks``' ties)."""
     order = rank_order(rows)
-    k = torch.arange(rows.shape[-1], dtype=torch.float64)
+    k = torch.arange(rows.shape[-1], dtype=torch.float64, device=order.device)
     k -= k.mean()
     return b_ranks[order] @ (k / k.norm())
 
@@ -87,7 +89,7 @@ def steer_texts(sample, n_texts: int = 16, max_len: int = 64) -> SteerTexts:
     """The first ``n_texts`` score-half sequences, truncated to ``max_len`` tokens."""
     chosen = sorted(sample.halves()["score"])[:n_texts]
     sequences = [sample.sequences[i][:max_len] for i in chosen]
-    return SteerTexts(right_padded(sequences), torch.tensor([len(s) - 1 for s in sequences]))
+    return SteerTexts(right_padded(sequences), torch.tensor([len(s) - 1 for s in sequences], device="cpu"))
 
 
 def last_token_logits(model, texts: SteerTexts, hooks=()) -> torch.Tensor:
@@ -102,7 +104,7 @@ def steered_change(model, site: Site, u: torch.Tensor, alpha: float, texts: Stee
     vector = (alpha * u).float()
 
     def add(value, hook):
-        return value + vector.to(value.dtype)
+        return value + vector.to(value.device, value.dtype)
     return last_token_logits(model, texts, [(steer_hook(model, site), add)]) - base
 
 
@@ -175,19 +177,22 @@ class Steering:
         n = len(self.texts.last) if n_texts is None else n_texts
         if not 1 <= n <= len(self.texts.last):
             raise ValueError(f"n_texts={n_texts}: the steering texts are {len(self.texts.last)}")
+        device = self.model.device
         last, base = self.texts.last[:n], self.base[:n]
-        start, hook, vectors = self.inputs[site.layer], steer_hook(self.model, site), vectors.float()
-        out = torch.empty(len(vectors), n, base.shape[1], dtype=torch.float64)
+        start, hook = self.inputs[site.layer], steer_hook(self.model, site)
+        vectors = vectors.float().to(device)
+        out = torch.empty(len(vectors), n, base.shape[1], dtype=torch.float64, device=device)
         for batch in steer_batches(last, len(vectors), self.max_tokens):
-            d, i = (torch.tensor(index) for index in zip(*batch))
+            d, i = (torch.tensor(index, device="cpu") for index in zip(*batch))  # the texts' own indices: CPU
             length = int(last[i].max()) + 1
-            rows = vectors[d][:, None, :]
+            d_at, i_at = d.to(device), i.to(device)
+            rows = vectors[d_at][:, None, :]
 
             def add(value, hook):
                 return value + rows.to(value.dtype)
-            with torch.no_grad(), self._started_at(site.layer, start[i, :length]):
+            with torch.no_grad(), self._started_at(site.layer, start[i_at, :length]):
                 logits = logits_at(self.model, self.texts.tokens[i, :length], last[i], [(hook, add)]).double()
-            out[d, i] = logits - base[i]
+            out[d_at, i_at] = logits - base[i_at]
         return out
 
 
@@ -206,9 +211,10 @@ def bootstrap_rho(change: torch.Tensor, prediction: torch.Tensor, n_boot: int, s
     is its draw counts times the change; the ``n_boot`` means are ranked in one batch."""
     generator = torch.Generator().manual_seed(seed)
     n = len(change)
-    draws = torch.stack([torch.randint(n, (n,), generator=generator) for _ in range(n_boot)])
-    counts = torch.zeros(n_boot, n, dtype=torch.float64).scatter_add_(1, draws, torch.ones(draws.shape, dtype=torch.float64))
-    values = spearman_rows(counts @ change.double() / n, centred_ranks(prediction)).tolist()
+    draws = torch.stack([torch.randint(n, (n,), generator=generator, device="cpu") for _ in range(n_boot)])
+    counts = torch.zeros(n_boot, n, dtype=torch.float64, device="cpu").scatter_add_(
+        1, draws, torch.ones(draws.shape, dtype=torch.float64, device="cpu"))  # drawn on the CPU: the same resamples everywhere
+    values = spearman_rows(counts.to(change.device) @ change.double() / n, centred_ranks(prediction)).tolist()
     return float(np.percentile(values, 2.5)), float(np.percentile(values, 97.5))
 
 

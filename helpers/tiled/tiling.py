@@ -27,12 +27,16 @@ class Mounts:
     def __len__(self) -> int:
         return self.U.shape[1]
 
+    def to(self, device) -> "Mounts":
+        """The same mounts on ``device`` (they are built on the CPU: docs/methods.md §0)."""
+        return Mounts(self.U.to(device), self.S.to(device), self.tile.to(device))
+
     def per_tile(self, k: int) -> "Mounts":
         """The first ``k`` mounts of every tile (tile SVDs are computed once at the largest k)."""
         rank = torch.zeros_like(self.tile)
         for t in self.tile.unique():
             where = (self.tile == t).nonzero().flatten()
-            rank[where] = torch.arange(len(where))
+            rank[where] = torch.arange(len(where), device=self.tile.device)
         keep = rank < k
         return Mounts(self.U[:, keep], self.S[keep], self.tile[keep])
 
@@ -54,13 +58,13 @@ def tile_svd(W: torch.Tensor, width: int, k: int, columns: torch.Tensor | None =
         keep = min(k, len(S))
         us.append(canonical_signs(U[:, :keep]))
         ss.append(S[:keep])
-        tiles.append(torch.full((keep,), index))
+        tiles.append(torch.full((keep,), index, device=W.device))
     return Mounts(torch.cat(us, 1), torch.cat(ss), torch.cat(tiles))
 
 
 def random_partition_svd(W: torch.Tensor, width: int, k: int, seed: int) -> Mounts:
     """Tile SVD over a random partition of the columns into groups of the same widths."""
-    order = torch.randperm(W.shape[1], generator=torch.Generator().manual_seed(seed))
+    order = torch.randperm(W.shape[1], generator=torch.Generator().manual_seed(seed), device="cpu").to(W.device)
     return tile_svd(W, width, k, columns=order)
 
 
@@ -72,15 +76,15 @@ def whole_svd(W: torch.Tensor, n: int) -> Mounts:
     n = min(n, *W.shape)
     if W.shape[0] <= W.shape[1]:
         values, vectors = torch.linalg.eigh(W @ W.T)
-        order = values.argsort(descending=True)[:n]
+        order = values.argsort(descending=True, stable=True)[:n]
         U = vectors[:, order]
     else:
         values, vectors = torch.linalg.eigh(W.T @ W)
-        order = values.argsort(descending=True)[:n]
+        order = values.argsort(descending=True, stable=True)[:n]
         U = W @ vectors[:, order]
         U = U / U.norm(dim=0, keepdim=True)
     S = values[order].clamp_min(0).sqrt()
-    return Mounts(canonical_signs(U), S, torch.full((n,), -1))
+    return Mounts(canonical_signs(U), S, torch.full((n,), -1, device=W.device))
 
 
 def column_sampling(W: torch.Tensor, n: int, seed: int) -> Mounts:
@@ -89,20 +93,23 @@ def column_sampling(W: torch.Tensor, n: int, seed: int) -> Mounts:
     n = min(n, int((norms > 0).sum()))
     picked = torch.multinomial(norms, n, replacement=False, generator=torch.Generator().manual_seed(seed))
     columns = W.double()[:, picked]
-    return Mounts(columns / columns.norm(dim=0, keepdim=True), torch.full((n,), float("nan")), torch.full((n,), -1))
+    return Mounts(columns / columns.norm(dim=0, keepdim=True), torch.full((n,), float("nan"), device=W.device),
+                  torch.full((n,), -1, device=W.device))
 
 
 def random_directions(d_out: int, n: int, seed: int) -> Mounts:
-    g = torch.randn(d_out, n, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
-    return Mounts(g / g.norm(dim=0, keepdim=True), torch.full((n,), float("nan")), torch.full((n,), -1))
+    """``n`` random unit directions (seeded, on the CPU)."""
+    g = torch.randn(d_out, n, generator=torch.Generator().manual_seed(seed), dtype=torch.float64, device="cpu")
+    return Mounts(g / g.norm(dim=0, keepdim=True), torch.full((n,), float("nan"), device="cpu"),
+                  torch.full((n,), -1, device="cpu"))
 
 
 def top_eigenvectors(M: torch.Tensor, n: int) -> Mounts:
     """PCA baseline: the top-``n`` eigenvectors of a symmetric PSD matrix (e.g. the writes' normalised
     second moment), with their eigenvalues as S."""
     values, vectors = torch.linalg.eigh(M.double())
-    order = values.argsort(descending=True)[:n]
-    return Mounts(canonical_signs(vectors[:, order]), values[order], torch.full((len(order),), -1))
+    order = values.argsort(descending=True, stable=True)[:n]
+    return Mounts(canonical_signs(vectors[:, order]), values[order], torch.full((len(order),), -1, device=M.device))
 
 
 def frobenius_coverage(tiles: Mounts, W: torch.Tensor) -> float:
@@ -130,7 +137,7 @@ def ridge_map(XtX: torch.Tensor, XtY: torch.Tensor, ridge: float = 1e-3) -> torc
     (λ scaled by the mean diagonal of XᵀX); returns Rᵀ [d_out, d_in], a matrix with the site's shape."""
     XtX = XtX.double()
     lam = ridge * float(XtX.diagonal().mean())
-    R = torch.linalg.solve(XtX + lam * torch.eye(len(XtX), dtype=XtX.dtype), XtY.double())
+    R = torch.linalg.solve(XtX + lam * torch.eye(len(XtX), dtype=XtX.dtype, device=XtX.device), XtY.double())
     return R.T
 
 

@@ -91,7 +91,7 @@ def tiny_notebook(folder: Path, body: str = "") -> Path:
                 nbformat.v4.new_code_cell("if fail:\n    raise ValueError('asked to fail')\n"
                                           "import time; time.sleep(wait)"),
                 nbformat.v4.new_code_cell("for name in figures:\n    fig = plt.figure(); save_figure(fig, out_dir, name)\n"
-                                          "write_summary(out_dir, {'model': 'none', 'x': x, 'label': label})")]
+                                          "write_summary(out_dir, {'model': 'none', 'x': x, 'label': label}, device='cpu')")]
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "tiny.ipynb"
     nbformat.write(nb, path)
@@ -434,3 +434,56 @@ def test_notebook_kernels_run_quietly_over_unix_sockets_and_leave_no_socket_fold
     assert "running over TCP" not in out + err  # ipykernel's warning for every TCP kernel
     assert set(Path(tempfile.gettempdir()).glob("svdirs-kernels-*")) == before
     assert not list((tmp_path / "notebooks").glob("kernel*"))
+
+
+# --- devices ---------------------------------------------------------------------------------------------
+
+def test_the_resolved_device_reaches_notebooks_that_declare_one_and_enters_the_fingerprint(tmp_path, monkeypatch):
+    import helpers.core.device as devices
+    from helpers.executors import SerialExecutor
+    from helpers.pipeline import environment_record, run_device, run_parameters
+
+    runs = load_runs(NOTEBOOKS / "runs.toml")
+    declared = next(r for r in runs if r.notebook == "02_masking.ipynb")
+    params = run_parameters(declared, NOTEBOOKS / "runs.toml", False, tmp_path / "out", "full", "cuda")
+    assert params["device"] == "cuda"  # over the notebook's "auto": the kernel cannot resolve otherwise
+    tiny_notebook(tmp_path / "nb")
+    plain = run_parameters(load_runs(_write(tmp_path / "nb" / "runs.toml", ONE_RUN.format("")))[0],
+                           tmp_path / "nb" / "runs.toml", False, tmp_path / "out", "full", "cuda")
+    assert "device" not in plain  # a notebook without a device parameter is not given one
+    monkeypatch.setattr(devices.torch.cuda, "is_available", lambda: False)
+    assert run_device("auto", SerialExecutor()) == ("cpu", None)
+    with pytest.raises(PipelineError, match=r"--device cuda: .*no CUDA GPU"):
+        run_device("cuda", SerialExecutor())
+    cpu, cuda = environment_record(2, "cpu"), environment_record(2, "cuda", where="SLURM nodes")
+    assert cpu["numerics"]["device"] == "cpu" and cuda["numerics"] == {"device": "cuda", "on": "SLURM nodes"}
+    assert json.dumps(cpu, sort_keys=True) != json.dumps(cuda, sort_keys=True)
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def test_a_run_that_computed_on_another_device_than_its_fingerprint_says_is_not_recorded(tmp_path, monkeypatch):
+    import helpers.pipeline as pipeline
+
+    runs, kwargs = tiny_runs(tmp_path, ONE_RUN.format(""))
+    monkeypatch.setattr(pipeline, "run_device", lambda device, executor: ("cuda", "test nodes"))
+    with pytest.raises(PipelineError, match=r"run 't' computed on 'cpu', but its fingerprint assumed 'cuda'"):
+        run_pipeline(runs, log=print, **kwargs)
+    manifest = json.loads((tmp_path / "figures" / "manifest.json").read_text()) if \
+        (tmp_path / "figures" / "manifest.json").exists() else {"runs": []}
+    assert manifest["runs"] == [] and not (tmp_path / "figures" / "t").exists()
+
+
+def test_the_paper_profile_is_refused_on_the_cpu_with_what_it_would_cost(tmp_path, monkeypatch):
+    import helpers.core.device as devices
+
+    monkeypatch.setattr(devices.torch.cuda, "is_available", lambda: False)
+    runs, kwargs = tiny_runs(tmp_path, ONE_RUN.format("x = 2.0") + "[runs.paper]\nx = 3.0\n")
+    with pytest.raises(PipelineError, match=r"--profile paper on the CPU: .*9-12 hours.*--device cuda"):
+        run_pipeline(runs, log=print, profile="paper", **kwargs)
+    paper = [r for r in load_runs(NOTEBOOKS / "runs.toml") if r.paper is not None]
+    assert [r.name for r in paper] == [f"02_masking-{t}-smollm2-135m" for t in ("ioi", "gender", "greater_than")]
+    assert all(r.paper == {"paper_masking": {"batch": 64, "steps": 3000}} for r in paper)

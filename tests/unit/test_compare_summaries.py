@@ -21,6 +21,16 @@ def test_rounding_is_equal_a_real_change_is_not_and_timings_are_set_aside():
     assert result["timing"] == [(".train_seconds", 30.0, 99.0)]
 
 
+def test_where_a_run_computed_is_shown_and_never_compared():
+    old = {"kl": 0.1, "numerics": {"device": "cpu", "threads": 2, "accelerator": None}}
+    new = {"kl": 0.1, "numerics": {"device": "cuda", "threads": 16, "accelerator": "NVIDIA H200"}}
+    result = tool.compare(old, new)
+    assert result["different"] == [] and result["identical"] == 1
+    assert sorted(path for path, _, _ in result["records"]) == [".numerics.accelerator", ".numerics.device",
+                                                                 ".numerics.threads"]
+    assert tool.compare({"x": {"numerics": 1}}, {"x": {"numerics": 2}})["different"]  # only the top-level record
+
+
 RULES = """
 [[rule]]
 name = "rho"

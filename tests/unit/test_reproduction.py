@@ -150,3 +150,14 @@ def test_grouped_bars_centre_each_group_and_label_each_series_once():
     assert [t.get_text() for t in ax.texts if t.get_text() == "missing"] == ["missing"]  # b has no bar in g2
     assert [t.get_text() for t in ax.get_xticklabels()] == ["g1", "g2"]
     plt.close(fig)
+
+
+def test_the_runs_table_names_each_runs_device_and_flags_a_mix():
+    from helpers.reproduction import device_of, results_page
+
+    cpu = dict(name="a", wall_time_s=60, summary={"numerics": {"device": "cpu", "accelerator": None}})
+    gpu = dict(name="b", wall_time_s=6, summary={"numerics": {"device": "cuda", "accelerator": "NVIDIA H200"}})
+    assert device_of(cpu) == "cpu" and device_of(gpu) == "NVIDIA H200" and device_of(dict(name="old")) == "cpu"
+    page = results_page({"runs": [cpu]})
+    assert "| [a](figures/a/notebook.ipynb) | full | cpu | 1.0 min |" in page and "different devices" not in page
+    assert "different devices (NVIDIA H200, cpu)" in results_page({"runs": [cpu, gpu]})
