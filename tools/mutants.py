@@ -150,10 +150,10 @@ MUTANTS = [  # (file, original text, mutated text, tests to run, what the mutant
  ('helpers/core/device.py', '    torch.set_float32_matmul_precision("highest")', '    pass', 'tests/unit/test_device.py', 'TF32 left on'),
  ('helpers/singular/training.py', '    record.update(off_cpu_key(model.device))', '    pass', 'tests/unit/test_device.py', "masks trained on a GPU share the CPU's cache key"),
  ('helpers/core/cache.py', 'torch.load(path, map_location="cpu", weights_only=False)', 'torch.load(path, weights_only=False)', 'tests/unit/test_device_lint.py', 'GPU-saved masks do not load on a CPU'),
- ('helpers/pipeline.py', '        params["device"] = device', '        pass', 'tests/notebooks/test_pipeline.py', 'the resolved device never reaches the notebooks'),
- ('helpers/pipeline.py', '        if computed_on != torch_device_type(device):', '        if False:', 'tests/notebooks/test_pipeline.py', 'a result computed on another device is recorded'),
- ('helpers/pipeline.py', '    if profile == "paper" and resolved == "cpu":', '    if False:', 'tests/notebooks/test_pipeline.py', 'the paper profile starts a 10-hour CPU run'),
- ('helpers/pipeline.py', '    record = {k: v for k, v in numerics(device).items() if k != "threads"} if where is None else \\\n        dict(device=device, on=where)', '    record = {}', 'tests/notebooks/test_pipeline.py', 'the device left out of the fingerprint'),
+ ('helpers/pipeline.py', '        params["device"] = device', '        pass', 'tests/notebooks/test_pipeline.py::test_the_resolved_device_reaches_notebooks_that_declare_one_and_enters_the_fingerprint', 'the resolved device never reaches the notebooks'),
+ ('helpers/pipeline.py', '        if computed_on != torch_device_type(device):', '        if False:', 'tests/notebooks/test_pipeline.py::test_a_run_that_computed_on_another_device_than_its_fingerprint_says_is_not_recorded', 'a result computed on another device is recorded'),
+ ('helpers/pipeline.py', '    if profile == "paper" and resolved == "cpu":', '    if False:', 'tests/notebooks/test_pipeline.py::test_the_paper_profile_is_refused_on_the_cpu_with_what_it_would_cost', 'the paper profile starts a 10-hour CPU run'),
+ ('helpers/pipeline.py', '    record = {k: v for k, v in numerics(device).items() if k != "threads"} if where is None else \\\n        dict(device=device, on=where)', '    record = {}', 'tests/notebooks/test_pipeline.py::test_the_resolved_device_reaches_notebooks_that_declare_one_and_enters_the_fingerprint', 'the device left out of the fingerprint'),
 ]
 
 
