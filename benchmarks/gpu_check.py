@@ -42,8 +42,10 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-SHAPES = {  # the published configurations (the converted checkpoints' config.json; Gemma-2-2B's from its card)
-    "smollm2-135m": dict(model_type="llama", vocab_size=49152, hidden_size=576, intermediate_size=1536,
+SHAPES = {  # the published configurations (the converted checkpoints' config.json; Gemma-2-2B's from its card),
+    # except SmolLM2's vocabulary: 50,257 instead of 49,152, because random-weight models read the GPT-2
+    # tokenizer, whose ids (BOS 50256) must exist (2 % more LM head)
+    "smollm2-135m": dict(model_type="llama", vocab_size=50257, hidden_size=576, intermediate_size=1536,
                          num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3, head_dim=64,
                          hidden_act="silu", tie_word_embeddings=True, max_position_embeddings=8192),
     "gpt2-small": dict(model_type="gpt2", vocab_size=50257, n_embd=768, n_layer=12, n_head=12, n_positions=1024),
