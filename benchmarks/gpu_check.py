@@ -19,7 +19,7 @@ No weights travel to a GPU machine that cannot reach the hub, so the check needs
    (``SiteStatistics.run``, every site of the chosen layers) over 16,384 sampled tokens of the python-docs
    corpus, and check C's steered forwards (``Steering.changes``: the two residual sites of the deepest layer,
    the directions and doses ``check_c`` steers); peak GPU memory of each. CPU sides that would take minutes
-   run on fewer tokens or steps and are scaled, which the JSON says (``cpu_scaled_from``).
+   run on fewer tokens or steps and are scaled, which the JSON says (``cpu_scaled_from_tokens``).
 
 Every section is timed and guarded: a failure is recorded with its error and the next section runs. The
 machine's own output files are not committed; the note quotes the JSON's numbers.
@@ -245,7 +245,7 @@ def corpus_and_steer_timings(name: str, device: str, layers, n_tokens: int, cpu_
         seconds = time.perf_counter() - start
         out[f"{side}_corpus_pass_s"] = round(seconds * (n_tokens / tokens), 2)
         if tokens != n_tokens:
-            out[f"{side}_cpu_scaled_from"] = tokens
+            out[f"{side}_scaled_from_tokens"] = tokens
         texts = steer_texts(sample, n_texts=4 if quick else 16)
         steering = Steering(model, texts)
         deepest = max(layers)

