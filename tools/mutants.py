@@ -154,6 +154,11 @@ MUTANTS = [  # (file, original text, mutated text, tests to run, what the mutant
  ('helpers/pipeline.py', '        if computed_on != torch_device_type(device):', '        if False:', 'tests/notebooks/test_pipeline.py::test_a_run_that_computed_on_another_device_than_its_fingerprint_says_is_not_recorded', 'a result computed on another device is recorded'),
  ('helpers/pipeline.py', '    if profile == "paper" and resolved == "cpu":', '    if False:', 'tests/notebooks/test_pipeline.py::test_the_paper_profile_is_refused_on_the_cpu_with_what_it_would_cost', 'the paper profile starts a 10-hour CPU run'),
  ('helpers/pipeline.py', '    record = {k: v for k, v in numerics(device).items() if k != "threads"} if where is None else \\\n        dict(device=device, on=where)', '    record = {}', 'tests/notebooks/test_pipeline.py::test_the_resolved_device_reaches_notebooks_that_declare_one_and_enters_the_fingerprint', 'the device left out of the fingerprint'),
+ ('helpers/singular/adversary.py', '                        value.add_(attack.step_size * torch.sign(grad) * out[name])', '                        value.sub_(attack.step_size * torch.sign(grad) * out[name])', 'tests/unit/test_adversary.py', 'the adversary descends the KL instead of ascending it'),
+ ('helpers/singular/adversary.py', '        out[name] = keep + (1 - keep) * m[name]', '        out[name] = keep + (1 - keep) * (1 - m[name])', 'tests/unit/test_adversary.py', 'm = 0 is the full model and m = 1 the rule (swapped)'),
+ ('helpers/singular/adversary.py', '        out[name] = keep + (1 - keep) * m[name]', '        out[name] = keep * m[name]', 'tests/unit/test_adversary.py', 'm scales the kept directions instead of setting the excluded ones'),
+ ('helpers/singular/adversary.py', '            value.clamp_(0.0, 1.0)', '            value.clamp_(0.0, 2.0)', 'tests/unit/test_adversary.py', 'the projection lets m leave [0, 1]'),
+ ('helpers/singular/nonsense.py', '            order = 1 + torch.randperm(length, generator=generator, device="cpu")', '            order = torch.randperm(length, generator=generator, device="cpu")', 'tests/unit/test_adversary.py', 'shuffling moves BOS and drops the answer token'),
 ]
 
 
