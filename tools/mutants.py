@@ -159,6 +159,9 @@ MUTANTS = [  # (file, original text, mutated text, tests to run, what the mutant
  ('helpers/singular/adversary.py', '        out[name] = keep + (1 - keep) * m[name]', '        out[name] = keep * m[name]', 'tests/unit/test_adversary.py', 'm scales the kept directions instead of setting the excluded ones'),
  ('helpers/singular/adversary.py', '            value.clamp_(0.0, 1.0)', '            value.clamp_(0.0, 2.0)', 'tests/unit/test_adversary.py', 'the projection lets m leave [0, 1]'),
  ('helpers/singular/nonsense.py', '            order = 1 + torch.randperm(length, generator=generator, device="cpu")', '            order = torch.randperm(length, generator=generator, device="cpu")', 'tests/unit/test_adversary.py', 'shuffling moves BOS and drops the answer token'),
+ ('helpers/singular/adversary.py', '    return bool(nonsense_jaccard <= ratio * min(seed_jaccards))', '    return bool(nonsense_jaccard < ratio * min(seed_jaccards))', 'tests/unit/test_adversary.py', 'task-specific only strictly below the declared ratio'),
+ ('helpers/singular/adversary.py', '    return bool(nonsense_jaccard <= ratio * min(seed_jaccards))', '    return bool(nonsense_jaccard <= ratio * max(seed_jaccards))', 'tests/unit/test_adversary.py', 'task-specificity against the best-agreeing seeds'),
+ ('helpers/singular/adversary.py', '    return bool(curve["best"].max() <= bound)', '    return bool(curve["best"].max() < bound)', 'tests/unit/test_adversary.py', 'a circuit at the bound counted as broken'),
 ]
 
 

@@ -18,7 +18,9 @@ tested. For the full model the excluded set is empty and every attack leaves KL 
 """
 from __future__ import annotations
 
+import tomllib
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import pandas as pd
 import torch
@@ -52,6 +54,36 @@ class Attack:
 
     def record(self) -> dict:
         return asdict(self)
+
+
+ATTACK_RULES = Path(__file__).resolve().parents[2] / "data" / "circuit_attack.toml"
+RULE_KEYS = {"attack": {"checkpoints", "step_size", "batch", "starts", "stochastic_draws", "seed"},
+             "faithful": {"bound", "why"}, "task_specific": {"ratio", "why"}}
+
+
+def load_attack_rules(path: str | Path = ATTACK_RULES) -> dict:
+    """The declared attack and verdict rules (``data/circuit_attack.toml``), every key present and none
+    unknown; ``rules["attack"]`` is an ``Attack``."""
+    path = Path(path)
+    with open(path, "rb") as handle:
+        table = tomllib.load(handle)
+    for section, keys in RULE_KEYS.items():
+        got = set(table.get(section, {}))
+        if got != keys:
+            raise ValueError(f"{path}: section [{section}] must hold exactly {sorted(keys)}; missing "
+                             f"{sorted(keys - got)}, unknown {sorted(got - keys)}")
+    attack = dict(table["attack"])
+    draws = attack.pop("stochastic_draws")
+    return dict(attack=Attack(**{**attack, "checkpoints": tuple(attack["checkpoints"]), "starts": tuple(attack["starts"])}),
+                stochastic_draws=draws, faithful=table["faithful"], task_specific=table["task_specific"])
+
+
+def task_specific(nonsense_jaccard: float, seed_jaccards: list[float], ratio: float) -> bool:
+    """The declared rule: the task circuit's Jaccard with its nonsense circuit is at most ``ratio`` times the
+    lowest Jaccard between two of its own seeds."""
+    if not seed_jaccards:
+        raise ValueError("task-specificity needs the Jaccard of at least one pair of seeds")
+    return bool(nonsense_jaccard <= ratio * min(seed_jaccards))
 
 
 def excluded(circuit: FixedMasks) -> dict[str, torch.Tensor]:

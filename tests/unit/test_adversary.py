@@ -103,3 +103,31 @@ def test_nonsense_prompts_keep_the_lengths_and_bos_and_shuffling_keeps_each_prom
     assert nonsense_task(task, kind, seed=4).prompts == nonsense.prompts
     with pytest.raises(ValueError, match="not one of"):
         nonsense_task(task, "scrambled")
+
+
+def test_the_declared_rules_load_and_a_mistyped_key_is_refused(tmp_path):
+    from helpers.singular.adversary import ATTACK_RULES, load_attack_rules
+
+    rules = load_attack_rules()
+    assert rules["attack"] == Attack() and rules["stochastic_draws"] == 8  # the file declares the defaults
+    assert rules["faithful"]["bound"] == 0.21 and rules["task_specific"]["ratio"] == 0.5
+    bad = tmp_path / "rules.toml"
+    bad.write_text(ATTACK_RULES.read_text().replace("bound = 0.21", "bund = 0.21"))
+    with pytest.raises(ValueError, match=r"\[faithful\].*missing \['bound'\], unknown \['bund'\]"):
+        load_attack_rules(bad)
+
+
+def test_task_specificity_at_its_boundary():
+    from helpers.singular.adversary import task_specific
+
+    seeds = [0.35, 0.5, 0.64]
+    assert task_specific(0.175, seeds, 0.5) and not task_specific(0.1751, seeds, 0.5)  # at, and just beyond, 0.5 × 0.35
+    with pytest.raises(ValueError, match="at least one pair"):
+        task_specific(0.1, [], 0.5)
+
+
+def test_survival_at_its_boundary():
+    import pandas as pd
+
+    curve = pd.DataFrame(dict(start=["rule", "rule"], step=[0, 20], kl=[0.1, 0.21], best=[0.1, 0.21]))
+    assert survives(curve, 0.21) and not survives(curve, 0.2099)
