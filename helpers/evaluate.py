@@ -2,13 +2,17 @@
 
     python -m helpers.evaluate CIRCUIT.safetensors [--prompts 96] [--seed S] [--control-seeds 3]
                                                    [--ranking signed] [--weights-dir DIR] [--json OUT]
+                                                   [--device auto] [--adversarial]
 
 The file names its model, weights, processing, ablation rule and task; the model is loaded from the registry
 (``--weights-dir`` for hub models kept in a local folder) and refused if its weights differ. The prompts are
 ``--prompts`` new prompts of the task drawn with ``--seed`` (default: the training seed + 1), without any
 prompt of the run that trained the circuit. Printed: KL, task metric and accuracy with the same-count random
 control, the faithfulness f(k) of the circuit's ranking against random rankings, and CPR/CMD on a linear and
-a log axis (``helpers.singular.scoring``).
+a log axis (``helpers.singular.scoring``). ``--adversarial`` adds the circuit under attack on the same prompts
+(``helpers.singular.adversary``, rules and bound in ``data/circuit_attack.toml``): the KL when the directions
+it leaves out take random partial settings, and along an adversary's search for the worst one, and whether
+it survives.
 """
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ from helpers.summaries import summary_value
 from helpers.singular.circuit_files import check_model, circuit_prompts, load_circuit
 from helpers.singular.circuits import CircuitEvaluator
 from helpers.singular.masks import MaskedModel
+from helpers.singular.adversary import ATTACK_RULES, adversarial_kl, load_attack_rules, stochastic_kl, survives
 from helpers.singular.scoring import PERCENTS, RANKINGS, FaithfulnessScorer
 from helpers.singular.tasks import check_prompt_count, make_task
 
@@ -46,9 +51,11 @@ def fresh_prompts(circuit, model, n_prompts: int, seed: int):
 
 
 def evaluate_file(path: str | Path, n_prompts: int = 96, seed: int | None = None, control_seeds: int = 3,
-                  ranking: str = "signed", percents=PERCENTS, weights_dir=None, device: str = "cpu", model=None) -> dict:
+                  ranking: str = "signed", percents=PERCENTS, weights_dir=None, device: str = "cpu", model=None,
+                  adversarial: bool = False, attack_rules: str | Path = ATTACK_RULES) -> dict:
     """The evaluator as a function: the numbers ``python -m helpers.evaluate`` prints, as a dict. ``model``: an
-    already loaded model (checked against the file) instead of loading the file's."""
+    already loaded model (checked against the file) instead of loading the file's. ``adversarial``: also the
+    circuit under attack on the same fresh prompts (``attacked``), by the rules of ``attack_rules``."""
     circuit = load_circuit(path)
     saved = circuit.metadata["model"]
     if model is None:
@@ -58,9 +65,21 @@ def evaluate_file(path: str | Path, n_prompts: int = 96, seed: int | None = None
     prompts, removed = fresh_prompts(circuit, model, n_prompts, seed)
     scorer = FaithfulnessScorer(CircuitEvaluator(MaskedModel(model), prompts, circuit.rule()), control_seeds, percents, ranking)
     result = scorer.score(circuit.fixed(), circuit.scores)
+    if adversarial:
+        result["attack"] = attacked(scorer.evaluator, circuit.fixed(), load_attack_rules(attack_rules))
     return dict(file=str(path), label=circuit.metadata["label"], model=saved["model"], task=circuit.metadata["task"]["name"],
                 ablation_rule=circuit.metadata["ablation_rule"]["name"], kept_rule=circuit.metadata["kept_rule"],
                 seed=seed, n_prompts=len(prompts), removed_as_seen=removed, numerics=model.numerics(), **result)
+
+
+def attacked(evaluator: CircuitEvaluator, circuit, rules: dict) -> dict:
+    """The circuit under the declared attack (``helpers.singular.adversary``): its KL under the rule, under
+    stochastic partial ablation, and along the adversary's ascent, with the settings and the verdict."""
+    attack, bound = rules["attack"], rules["faithful"]["bound"]
+    curve = adversarial_kl(evaluator, circuit, attack)
+    return dict(settings=attack.record(), under_rule_kl=evaluator.evaluate(circuit)["kl"],
+                stochastic=stochastic_kl(evaluator, circuit, rules["stochastic_draws"], attack.seed), curve=curve,
+                best_kl=float(curve["best"].max()), bound=bound, survives=survives(curve, bound))
 
 
 def report(result: dict) -> str:
@@ -87,6 +106,14 @@ def report(result: dict) -> str:
         result["areas"].to_string(index=False, float_format=lambda v: f"{v:.4f}"),
         "(directions, not edges: not comparable with MIB's leaderboard)",
     ]
+    if "attack" in result:
+        a = result["attack"]
+        lines += ["", f"under attack (m of the left-out directions in [0, 1]; {a['settings']}):",
+                  f"KL under the rule {a['under_rule_kl']:.4f}; stochastic (m ~ U(0, 1), {len(a['stochastic']['draws'])} "
+                  f"draws) mean {a['stochastic']['mean']:.4f}, max {a['stochastic']['max']:.4f}",
+                  a["curve"].to_string(index=False, float_format=lambda v: f"{v:.4f}"),
+                  f"largest KL found {a['best_kl']:.4f} against the declared bound {a['bound']}: "
+                  + ("survives the adversary" if a["survives"] else "does NOT survive the adversary")]
     return "\n".join(lines)
 
 
@@ -101,10 +128,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="auto", help="auto (default: cuda where a GPU is present, else cpu), cpu "
                                                          "or cuda (refused without a GPU)")
     parser.add_argument("--json", default=None, help="also write the numbers to this JSON file")
+    parser.add_argument("--adversarial", action="store_true",
+                        help="also attack the circuit: partial and adversarial settings of the directions it leaves "
+                             "out, by the rules of data/circuit_attack.toml (minutes on a CPU)")
     args = parser.parse_args(argv)
     try:
         result = evaluate_file(args.circuit, args.prompts, args.seed, args.control_seeds, args.ranking,
-                               weights_dir=args.weights_dir, device=args.device)
+                               weights_dir=args.weights_dir, device=args.device, adversarial=args.adversarial)
     except (FileNotFoundError, ValueError, ModelUnavailableError, DeviceUnavailableError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -188,3 +188,23 @@ def test_receptors_are_marked_in_or_out_of_the_circuit_against_its_base_rate():
     assert kept_fraction(circuit, "ov") == 2 / 8 and kept_fraction(circuit, "mlp_out") == 1.0
     with pytest.raises(ValueError, match="no 'qk' blocks"):
         kept_fraction(circuit, "qk")
+
+
+def test_the_evaluator_attacks_a_circuit_file_when_asked_and_records_the_attacks_settings(tmp_path):
+    from helpers.singular.adversary import ATTACK_RULES
+
+    model, _, _, circuit, _, _ = trained_circuit()
+    path = save_circuit(circuit, tmp_path / "c.safetensors")
+    rules = tmp_path / "attack.toml"
+    rules.write_text(ATTACK_RULES.read_text().replace("checkpoints = [20, 40, 80, 160]", "checkpoints = [2, 4]")
+                     .replace("stochastic_draws = 8", "stochastic_draws = 2"))
+    result = evaluate.evaluate_file(path, n_prompts=16, control_seeds=1, percents=(1, 100), model=model,
+                                    adversarial=True, attack_rules=rules)
+    attack = result["attack"]
+    assert attack["settings"]["checkpoints"] == (2, 4) and attack["bound"] == 0.21
+    assert attack["under_rule_kl"] == result["circuit"]["kl"]  # the rule's setting, on the same prompts
+    assert list(attack["curve"]["step"]) == [0, 2, 4, 0, 2, 4] and len(attack["stochastic"]["draws"]) == 2
+    assert attack["curve"]["kl"].iloc[0] == pytest.approx(result["circuit"]["kl"], rel=1e-6)  # m = 0 start
+    assert attack["survives"] == (attack["best_kl"] <= 0.21)
+    assert "survive the adversary" in evaluate.report(result) or "survives the adversary" in evaluate.report(result)
+    assert "attack" not in evaluate.evaluate_file(path, n_prompts=16, control_seeds=1, percents=(1, 100), model=model)
