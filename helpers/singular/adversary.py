@@ -1,5 +1,5 @@
-"""Circuits under attack: does the model's output stay put for every setting of the directions a circuit
-leaves out, not only for the one setting its ablation rule uses?
+"""Circuits under attack (docs/methods.md §1.8): does the model's output stay put for every setting of the
+directions a circuit leaves out, not only for the one setting its ablation rule uses?
 
 A circuit keeps some directions and ablates the rest under its rule: each coefficient is
 a_k ← m_k a_k + (1 − m_k) a_k^ref (``helpers.singular.masks``), with m_k = 1 for a kept direction and
