@@ -59,45 +59,7 @@ SHAPES = {  # the published configurations (the converted checkpoints' config.js
                        final_logit_softcapping=30.0, hidden_activation="gelu_pytorch_tanh",
                        max_position_embeddings=8192),
 }
-PARITY_RUNS = """
-[[runs]]
-name = "01_augmented_matrices-tiny-llama"
-notebook = "01_augmented_matrices.ipynb"
-parameters = { model_name = "tiny-llama", processing = "fold_norm" }
-
-[[runs]]
-name = "02_masking-ioi-tiny-llama"
-notebook = "02_masking.ipynb"
-parameters = { model_name = "tiny-llama", task_name = "ioi" }
-
-[[runs]]
-name = "02_masking-gender-tiny-llama"
-notebook = "02_masking.ipynb"
-parameters = { model_name = "tiny-llama", task_name = "gender", run_ledger = false }
-
-[[runs]]
-name = "03_head_case_study-tiny-llama"
-notebook = "03_head_case_study.ipynb"
-parameters = { model_name = "tiny-llama" }
-after = ["02_masking-ioi-tiny-llama"]
-
-[[runs]]
-name = "06_steering-tiny-llama"
-notebook = "06_steering.ipynb"
-parameters = { model_name = "tiny-llama", interactive = false, min_separation = 0.0 }
-after = ["02_masking-gender-tiny-llama"]
-
-[[runs]]
-name = "04_tiled_svd-tiny-gemma3"
-notebook = "04_tiled_svd.ipynb"
-parameters = { model_name = "tiny-gemma3" }
-inputs = ["../data/tiled_svd_thresholds.toml"]
-
-[[runs]]
-name = "05_coverage_curves-tiny-gemma3"
-notebook = "05_coverage_curves.ipynb"
-parameters = { model_name = "tiny-gemma3" }
-"""
+PARITY_RUNS = ROOT / "tests" / "tiny_runs.toml"  # every notebook on tiny models, shared with the tests
 
 
 def synchronise(device: str) -> None:
@@ -170,7 +132,7 @@ def tiny_parity(device: str) -> dict:
         for notebook in sorted((ROOT / "notebooks").glob("0*.ipynb")):
             (folder / notebook.name).write_bytes(notebook.read_bytes())
         (Path(tmp) / "data").symlink_to(ROOT / "data")
-        (folder / "runs.toml").write_text(PARITY_RUNS)
+        (folder / "runs.toml").write_text(PARITY_RUNS.read_text())
         manifests = {}
         for side in dict.fromkeys(("cpu", device)):
             start = time.perf_counter()

@@ -105,6 +105,15 @@ def results_page(manifest: dict, rules_file: Path = RULES_FILE) -> str:
         out += [f"| {_cell(c.claim)} | {_cell(c.paper_recipe)} | {_cell(c.ours)} | {_cell(c.control)} | "
                 f"**{_cell(c.verdict)}** | {_cell(c.caveat)} | {_cell(c.shown_in)} |" for c in claims if c.paper == paper]
         out.append("")
+    summaries = summaries_of(manifest)
+    budget = paper_budget(summaries)
+    if budget:
+        out += ["## Paper 1's recipe at a larger budget", "", f"{budget}.", ""]
+    out += ["## Paper 1's circuits under attack and against nonsense", "",
+            "Notebook 07 searches the settings of the directions a circuit leaves out for the one that changes the "
+            "model's answers most, trains the same recipe on nonsense prompts and on untrained weights, and judges "
+            "each by the rules of [`data/circuit_attack.toml`](data/circuit_attack.toml), declared before its first "
+            "run.", "", circuit_checks(summaries), ""]
     out += ["## The runs behind these numbers", "",
             "Wall time of each run's last regeneration (`figures/manifest.json`). A run whose masks came from the "
             "cache took less than one that trained them.", "",
@@ -127,14 +136,60 @@ def device_of(run: dict) -> str:
     return numerics.get("accelerator") or numerics.get("device") or run.get("device") or "cpu"
 
 
+VALIDATION_TASKS = (("ioi", "IOI"), ("gender", "Gender pronoun"), ("greater_than", "Greater-than"))
+PAPER_BUDGET_SWEEP = "02_masking-ioi-paper-budget"  # runs.toml: paper 1's recipe at 3,000 steps of 16
+
+
+def _run_link(name: str) -> str:
+    return f"[{name}](figures/{name}/notebook.ipynb)"
+
+
+def circuit_checks(summaries: dict) -> str:
+    """One line per task of paper 1: does notebook 02's circuit survive notebook 07's adversary, and is it
+    task-specific (``helpers.singular.validation.verdict_line``); a task whose run is not in the manifest says so."""
+    from helpers.singular.validation import verdict_line
+
+    lines = []
+    for task, name in VALIDATION_TASKS:
+        run = next((n for n, s in summaries.items() if s and n.startswith("07_circuit_validation-")
+                    and s.get("task") == task), None)
+        if run is None:
+            lines.append(f"- **{name}:** not run yet (`python -m helpers.pipeline --only "
+                         f"07_circuit_validation-{task}-smollm2-135m`).")
+        else:
+            lines.append(f"- **{name}:** {verdict_line(summaries[run])}. Shown in {_run_link(run)}.")
+    return "\n".join(lines)
+
+
+def paper_budget(summaries: dict) -> str | None:
+    """Paper 1's recipe given five times the reference budget (the sweep ``PAPER_BUDGET_SWEEP``), as a sentence:
+    the share it keeps as its code counts it, its soft-mask KL, and its masks binarised against their random
+    control. None while the sweep has not run."""
+    run = next((n for n, s in summaries.items() if s and n.startswith(PAPER_BUDGET_SWEEP)), None)
+    if run is None:
+        return None
+    summary = summaries[run]
+    recipe = summary["paper_recipe_run"]
+    soft, binarised = summary["ledger"][0], summary["ledger"][1]
+    return (f"Paper 1's recipe given {recipe['steps']:,} steps of {recipe['batch']} (the reference run: 600) keeps "
+            f"{soft['kept_percent']:.1f} % (m ≥ 1e-3) at soft-mask KL {soft['kl']:.2f}; binarised, its circuit has "
+            f"held-out KL {binarised['kl']:.2f} against {binarised['random_kl']:.2f} for the same count at random "
+            f"({_run_link(run)})")
+
+
 def with_verdicts(readme: str, manifest: dict) -> str:
     """``readme`` with the text between its markers replaced by the verdict table of ``manifest``."""
     if BEGIN not in readme or END not in readme:
         raise ValueError(f"README.md lacks the verdict table's markers {BEGIN!r} … {END!r}")
     head, rest = readme.split(BEGIN, 1)
     _, tail = rest.split(END, 1)
-    claims = all_claims(summaries_of(manifest))
-    return f"{head}{BEGIN}\n{findings(claims)}\n\n{verdict_table(claims)}\n{END}{tail}"
+    summaries = summaries_of(manifest)
+    claims = all_claims(summaries)
+    budget = paper_budget(summaries)
+    return (f"{head}{BEGIN}\n{findings(claims)}\n\n"
+            + (f"{budget}.\n\n" if budget else "")
+            + f"Paper 1's circuits under attack and against nonsense (notebook 07; a test neither paper made):\n\n"
+            f"{circuit_checks(summaries)}\n\n{verdict_table(claims)}\n{END}{tail}")
 
 
 def write_figures(manifest: dict, root: Path = ROOT) -> list[Path]:

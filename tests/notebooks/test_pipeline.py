@@ -366,44 +366,35 @@ def test_every_source_notebook_cell_has_a_unique_id():
         assert len(set(ids)) == len(ids), f"{path.name}: repeated cell ids {sorted({i for i in ids if ids.count(i) > 1})}"
 
 
-TINY_CIRCUIT_RUNS = """
-[[runs]]
-name = "02_masking-ioi-tiny-llama"
-notebook = "02_masking.ipynb"
-parameters = { model_name = "tiny-llama", task_name = "ioi" }
-
-[[runs]]
-name = "02_masking-gender-tiny-llama"
-notebook = "02_masking.ipynb"
-parameters = { model_name = "tiny-llama", task_name = "gender", run_ledger = false }
-
-[[runs]]
-name = "03_head_case_study-tiny-llama"
-notebook = "03_head_case_study.ipynb"
-parameters = { model_name = "tiny-llama" }
-after = ["02_masking-ioi-tiny-llama"]
-
-[[runs]]
-name = "06_steering-tiny-llama"
-notebook = "06_steering.ipynb"
-parameters = { model_name = "tiny-llama", interactive = false, min_separation = 0.0 }
-after = ["02_masking-gender-tiny-llama"]
-"""
+TINY_RUNS = Path(__file__).resolve().parents[1] / "tiny_runs.toml"  # shared with benchmarks/gpu_check.py
+TINY_CIRCUIT_RUNS = ["02_masking-ioi-tiny-llama", "02_masking-gender-tiny-llama", "03_head_case_study-tiny-llama",
+                     "06_steering-tiny-llama", "07_circuit_validation-ioi-tiny-llama"]
 
 
 @pytest.mark.slow
-def test_notebook_02_writes_circuit_files_that_03_06_and_the_evaluator_read(tmp_path):
+def test_notebook_02_writes_circuit_files_that_03_06_07_and_the_evaluator_read(tmp_path):
     """With and without the ledger (the gender run: ``run_ledger = false``, as in the workshop profile)."""
     from helpers.evaluate import evaluate_file
 
     folder = tmp_path / "notebooks"
     folder.mkdir()
-    for name in ("02_masking.ipynb", "03_head_case_study.ipynb", "06_steering.ipynb"):
-        shutil.copy(NOTEBOOKS / name, folder)
-    (folder / "runs.toml").write_text(TINY_CIRCUIT_RUNS)
+    for notebook in NOTEBOOKS.glob("0*.ipynb"):  # the runs file names them all
+        shutil.copy(notebook, folder)
+    (tmp_path / "data").symlink_to(NOTEBOOKS.parent / "data")
+    (folder / "runs.toml").write_text(TINY_RUNS.read_text())
     figures = tmp_path / "figures"
-    manifest = run_pipeline(folder / "runs.toml", figures_dir=figures, build_dir=tmp_path / "build", fast=True, log=print)
+    manifest = run_pipeline(folder / "runs.toml", figures_dir=figures, build_dir=tmp_path / "build", fast=True, log=print,
+                            only=TINY_CIRCUIT_RUNS)
     summaries = {r["name"]: r["summary"] for r in manifest["runs"]}
+    validated = summaries["07_circuit_validation-ioi-tiny-llama"]
+    assert validated["circuits_from"]["files"] == {"ioi-ours-alpha0.000195": next(
+        c["sha256"] for c in summaries["02_masking-ioi-tiny-llama"]["circuit_files"] if c["label"] == "ioi-ours-alpha0.000195")}
+    assert [(r["circuit"], r["label"]) for r in validated["attack_table"]] == [("circuit", "ioi-ours-alpha0.000195"),
+                                                                               ("random", "ioi-ours-alpha0.000195")]
+    assert [s["seed"] for s in validated["seeds"]] == [0, 1] and len(validated["seed_jaccards"]) == 1
+    assert [n["kind"] for n in validated["nonsense"]] == ["shuffled", "random_tokens"]
+    assert [w["control"] for w in validated["weight_controls"]] == ["random-init", "permuted"]
+    assert set(validated["verdicts"]) >= {"survives", "task_specific", "weights_matter"}
     written = summaries["02_masking-ioi-tiny-llama"]["circuit_files"]
     assert [c["label"] for c in written] == ["ioi-ours-alpha0.000195", "ioi-ours-alpha0.00039", "ioi-ours-alpha0.00078",
                                              "ioi-paper-recipe", "ioi-ours-paper-rule"]

@@ -48,7 +48,9 @@ def test_the_readme_opens_with_the_papers_and_what_we_found():
     assert "arxiv.org/abs/2511.20273" in first_screen and "arxiv.org/abs/2608.06969" in first_screen
     assert first_screen.index("## What we found") < readme.index("make figures")
     found = first_screen[first_screen.index("## What we found"):]
-    assert found.count("\n- **") == 5  # the five findings
+    findings_part, attacked = found.split("Paper 1's circuits under attack and against nonsense")
+    assert findings_part.count("\n- **") == 5  # the five findings
+    assert attacked.count("\n- **") == 3  # then one line per task of paper 1
 
 
 def test_the_readme_verdict_block_is_replaced_between_its_markers():
@@ -161,3 +163,27 @@ def test_the_runs_table_names_each_runs_device_and_flags_a_mix():
     page = results_page({"runs": [cpu]})
     assert "| [a](figures/a/notebook.ipynb) | full | cpu | 1.0 min |" in page and "different devices" not in page
     assert "different devices (NVIDIA H200, cpu)" in results_page({"runs": [cpu, gpu]})
+
+
+def test_each_task_gets_one_line_on_its_circuit_under_attack_or_says_it_has_not_run():
+    from helpers.reproduction import circuit_checks
+    from tests.unit.test_validation import seven_summary
+
+    lines = circuit_checks({"07_circuit_validation-ioi-smollm2-135m": seven_summary()}).splitlines()
+    assert len(lines) == 3
+    assert lines[0].startswith("- **IOI:** survives an adversary of 160 steps") and "task-specific: yes" in lines[0]
+    assert lines[0].endswith("Shown in [07_circuit_validation-ioi-smollm2-135m]"
+                             "(figures/07_circuit_validation-ioi-smollm2-135m/notebook.ipynb).")
+    assert lines[1] == ("- **Gender pronoun:** not run yet (`python -m helpers.pipeline --only "
+                        "07_circuit_validation-gender-smollm2-135m`).")
+
+
+def test_the_paper_budget_sentence_reads_the_ledgers_first_two_rows():
+    from helpers.reproduction import paper_budget
+
+    assert paper_budget({"02_masking-ioi-smollm2-135m": {}}) is None
+    ledger = [dict(kept_percent=41.25, kl=0.034), dict(kl=1.234, random_kl=2.5)]
+    summary = dict(paper_recipe_run=dict(steps=3000, batch=16), ledger=ledger)
+    text = paper_budget({"02_masking-ioi-paper-budget-paper_maskingsteps_3000": summary})
+    assert text.startswith("Paper 1's recipe given 3,000 steps of 16 (the reference run: 600) keeps 41.2 % (m ≥ 1e-3) "
+                           "at soft-mask KL 0.03; binarised, its circuit has held-out KL 1.23 against 2.50")

@@ -1,0 +1,147 @@
+"""Notebook 07's pieces (helpers.singular.validation): which circuits are attacked, the controls, the verdicts."""
+import pandas as pd
+import pytest
+import torch
+
+from helpers.singular.adversary import load_attack_rules
+from helpers.singular.masks import FixedMasks, MaskedModel
+from helpers.singular.tasks import ioi_task
+from helpers.singular.training import MaskingRun
+from helpers.singular.validation import (attack_targets, findings, judged, load_weight_rule, scored_masks,
+                                         seed_overlaps, specificity, verdict_line, weight_control, weights_matter,
+                                         with_attack_overrides)
+from tests.conftest import cached_model
+
+
+def masking_summary(sweep):
+    return dict(task="ioi", masking_run=dict(alpha=1e-4), alpha_sweep=[
+        dict(alpha=a, kept=k, kl=kl, kept_fraction=k / 1000) for a, k, kl in sweep])
+
+
+def test_the_targets_are_the_default_alpha_and_the_sparsest_circuit_just_inside_the_bound():
+    summary = masking_summary([(1e-4, 700, 0.05), (2e-4, 400, 0.21), (4e-4, 200, 0.2101)])
+    targets = attack_targets(summary, 0.21)
+    assert [t["alpha"] for t in targets] == [1e-4, 2e-4]  # KL 0.21 is within; 0.2101 is not
+    assert [t["label"] for t in targets] == ["ioi-ours-alpha0.0001", "ioi-ours-alpha0.0002"]
+    assert targets[1]["role"] == "sparsest within KL 0.21"
+
+
+def test_equal_counts_within_the_bound_go_to_the_lower_kl_then_the_smaller_alpha():
+    assert attack_targets(masking_summary([(1e-4, 700, 0.05), (2e-4, 300, 0.2), (4e-4, 300, 0.1)]), 0.21)[1]["alpha"] == 4e-4
+    assert attack_targets(masking_summary([(1e-4, 700, 0.05), (4e-4, 300, 0.1), (2e-4, 300, 0.1)]), 0.21)[1]["alpha"] == 2e-4
+
+
+def test_one_target_when_the_default_is_the_sparsest_or_nothing_is_within_the_bound():
+    same = attack_targets(masking_summary([(1e-4, 700, 0.08), (2e-4, 400, 0.26)]), 0.21)
+    assert [t["alpha"] for t in same] == [1e-4] and "also the sparsest" in same[0]["role"]
+    none = attack_targets(masking_summary([(1e-4, 700, 0.3), (2e-4, 1000, 0.0)]), 0.21)  # keeping all is no circuit
+    assert [t["alpha"] for t in none] == [1e-4] and "no trained circuit" in none[0]["role"]
+
+
+def test_task_specificity_takes_the_largest_nonsense_overlap_at_the_boundary():
+    seeds = [0.4, 0.6]
+    assert specificity({"shuffled": 0.2, "random_tokens": 0.1}, seeds, 0.5)  # 0.2 = 0.5 × 0.4: within
+    assert not specificity({"shuffled": 0.1, "random_tokens": 0.2001}, seeds, 0.5)  # one kind just above
+    with pytest.raises(ValueError, match="nonsense"):
+        specificity({}, seeds, 0.5)
+    with pytest.raises(ValueError, match="seeds"):
+        specificity({"shuffled": 0.1}, [], 0.5)
+
+
+def test_the_weights_matter_only_when_every_control_needs_the_declared_multiple():
+    assert weights_matter(200, {"random-init": 300, "permuted": None}, 1.5)  # 300 = 1.5 × 200; None: never within
+    assert not weights_matter(200, {"random-init": 299, "permuted": 900}, 1.5)
+    assert weights_matter(3, {"random-init": 1}, 0.3)  # exact at the boundary: 0.3 × 3 is 0.9000000000000001 in floats
+    with pytest.raises(ValueError, match="no kept fraction"):
+        weights_matter(None, {"random-init": 300}, 1.5)
+    assert load_weight_rule()["min_ratio"] == 1.5
+
+
+def test_a_mistyped_weight_rule_or_attack_override_is_refused(tmp_path):
+    path = tmp_path / "rules.toml"
+    path.write_text('[weight_controls]\nmin_ratio = 1.5\nwhy = "x"\nmin_ration = 2\n')
+    with pytest.raises(ValueError, match="min_ration"):
+        load_weight_rule(path)
+    rules = load_attack_rules()
+    with pytest.raises(ValueError, match="checkpoint"):
+        with_attack_overrides(rules, {"checkpoint": [1]})
+    shorter = with_attack_overrides(rules, {"checkpoints": [5, 10], "stochastic_draws": 2})
+    assert shorter["attack"].checkpoints == (5, 10) and shorter["stochastic_draws"] == 2
+    assert shorter["attack"].batch == rules["attack"].batch and rules["attack"].checkpoints == (20, 40, 80, 160)
+
+
+def test_seed_overlaps_are_jaccards_of_kept_sets_by_hand():
+    a = FixedMasks({"0_qk": torch.tensor([[1.0, 1.0, 0.0, 0.0]])})
+    b = FixedMasks({"0_qk": torch.tensor([[1.0, 0.0, 1.0, 0.0]])})
+    c = FixedMasks({"0_qk": torch.tensor([[1.0, 1.0, 0.0, 0.0]])})
+    assert seed_overlaps({2: c, 0: a, 1: b}) == [dict(a=0, b=1, jaccard=1 / 3), dict(a=0, b=2, jaccard=1.0),
+                                                  dict(a=1, b=2, jaccard=1 / 3)]
+
+
+def test_a_weight_control_changes_the_weights_and_every_cache_key_that_names_them():
+    real = cached_model("tiny-llama", "fold_norm")
+    for control in ("random-init", "permuted"):
+        model = weight_control("tiny-llama", control)
+        assert control in model.weights_source and model.record() != real.record()
+        assert model.weights_sha256 != real.weights_sha256
+        changed = [name for name, p in model.hf_model.named_parameters()
+                   if not torch.equal(p, dict(real.hf_model.named_parameters())[name])]
+        assert changed
+    with pytest.raises(ValueError, match="random-init"):
+        weight_control("tiny-llama", "shuffled")
+
+
+def test_the_binarised_masks_of_a_circuit_file_are_its_kept_set(tmp_path):
+    from helpers.singular.circuit_files import load_circuit, make_circuit, save_circuit
+    from helpers.singular.masks import DirectionMasks
+
+    model = cached_model("tiny-llama", "fold_norm")
+    task = ioi_task(model, 8, seed=1)
+    train, held_out = task.split(0.5, seed=0)
+    masks = DirectionMasks(model, parametrisation="hard_concrete")
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for logit in masks.logits.values():
+            logit.copy_(torch.randn(logit.shape, generator=generator))
+    run = MaskingRun(n_prompts=16)
+    path = save_circuit(make_circuit(model, masks, FixedMasks.binarised(masks), "logit > 0", run.rule(), run, "ioi",
+                                     train, held_out, "ioi-x"), tmp_path / "c.safetensors")
+    circuit = load_circuit(path, model)
+    row, binarised = scored_masks(MaskedModel(model), circuit.masks(model), held_out, run.rule(), 0.21, 1, 3)
+    assert all(torch.equal(binarised.blocks[n], circuit.fixed().blocks[n]) for n in binarised.blocks)
+    assert row["kept"] == circuit.n_kept()
+
+
+def seven_summary(survives=(True, False), nonsense=(0.1, 0.15), seeds=(0.4, 0.5, 0.6), task=200, controls=(350, None)):
+    rules = load_attack_rules()
+    attack = pd.DataFrame([dict(label=f"ioi-{i}", role=f"role {i}", circuit=which, kept=10, kept_fraction=0.1,
+                                under_rule_kl=0.1, stochastic_mean_kl=0.1, stochastic_max_kl=0.2,
+                                adversarial_kl=0.1 if (ok and which == "circuit") else 0.9,
+                                survives=ok and which == "circuit")
+                           for i, ok in enumerate(survives) for which in ("circuit", "random")])
+    seed_table = pd.DataFrame([dict(seed=0, kept_fraction=0.3, kl=0.1, at_bound_kept=task, at_bound_kept_fraction=task / 1000,
+                                    at_bound_kl=0.2)])
+    jaccards = [dict(a=0, b=i + 1, jaccard=j) for i, j in enumerate(seeds)]
+    nonsense_table = pd.DataFrame([dict(kind=k, jaccard_with_task=j, at_bound_kept_fraction=0.5, at_bound_kl=0.2)
+                                   for k, j in zip(("shuffled", "random_tokens"), nonsense)])
+    weights = pd.DataFrame([dict(control=c, at_bound_kept=k, at_bound_kept_fraction=None if k is None else k / 1000,
+                                 at_bound_kl=None if k is None else 0.1) for c, k in zip(("random-init", "permuted"), controls)])
+    verdicts = judged(attack, seed_table, jaccards, nonsense_table, weights, rules, load_weight_rule())
+    return dict(task="ioi", verdicts=verdicts, attack_table=attack.to_dict("records"), seeds=seed_table.to_dict("records"),
+                seed_jaccards=jaccards, nonsense=nonsense_table.to_dict("records"),
+                weight_controls=weights.astype(object).where(weights.notna(), None).to_dict("records"))
+
+
+def test_the_verdicts_follow_the_declared_rules_and_read_in_one_line():
+    summary = seven_summary()
+    v = summary["verdicts"]
+    assert v["survives"] == {"ioi-0": True, "ioi-1": False} and v["attack_steps"] == 160
+    assert v["task_specific"] is True and v["nonsense_jaccard"] == 0.15 and v["lowest_seed_jaccard"] == 0.4
+    assert v["weights_matter"] is True  # 350 ≥ 1.5 × 200, and the permuted model reaches nothing within the bound
+    line = verdict_line(summary)
+    assert line.startswith("survives an adversary of 160 steps (bound KL 0.21): role 0 (10.0 % kept): yes")
+    assert "role 1 (10.0 % kept): no, largest KL 0.90" in line and "task-specific: yes" in line
+    assert seven_summary(nonsense=(0.1, 0.25))["verdicts"]["task_specific"] is False
+    assert seven_summary(controls=(299, None))["verdicts"]["weights_matter"] is False
+    text = findings(summary)
+    assert text.startswith("## What we found") and "**Do the trained weights matter to the kept fraction?** yes." in text
