@@ -168,6 +168,8 @@ MUTANTS = [  # (file, original text, mutated text, tests to run, what the mutant
  ('helpers/singular/validation.py', '    return all(k is None or k * ratio.denominator >= ratio.numerator * task_kept for k in control_kept.values())', '    return all(k is None or k * ratio.denominator > ratio.numerator * task_kept for k in control_kept.values())', 'tests/unit/test_validation.py', 'a weight control exactly at the declared ratio counted against'),
  ('helpers/singular/validation.py', '    return all(k is None or k * ratio.denominator >= ratio.numerator * task_kept for k in control_kept.values())', '    return any(k is None or k * ratio.denominator >= ratio.numerator * task_kept for k in control_kept.values())', 'tests/unit/test_validation.py', 'the weights matter when one control of two needs more directions'),
  ('helpers/singular/validation.py', '    model.weights_source = f"{model.weights_source}, then {control} (seed {seed})"', '    pass', 'tests/unit/test_validation.py', "a weight control shares the trained model's cache keys"),
+ ('helpers/singular/validation.py', '        if kl_of(mid) <= bound:', '        if kl_of(mid) < bound:', 'tests/unit/test_validation.py', 'a count whose KL is exactly the bound counted as outside'),
+ ('helpers/singular/validation.py', '    while hi - lo > step:', '    while hi - lo > 2 * step:', 'tests/unit/test_validation.py', 'the bisection stops at twice its declared resolution'),
 ]
 
 

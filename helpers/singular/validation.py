@@ -9,12 +9,13 @@ declares.
   its trainings never share a cache key with the trained model's;
 - ``control_training``: a circuit trained exactly as the task circuit was (the run its file records), on
   other prompts or another model, scored on its own held-out prompts: its binarised circuit against a
-  same-count random one, and the sparsest circuit of its threshold curve within the bound;
+  same-count random one, and the fewest top-ranked directions within the bound (bisection);
 - ``seed_overlaps``: the Jaccard of the kept sets between every pair of seeds;
 - ``specificity`` and ``weights_matter``: the declared rules, at their boundaries in the tests.
 """
 from __future__ import annotations
 
+import math
 import time
 import tomllib
 from fractions import Fraction
@@ -27,7 +28,7 @@ import pandas as pd
 from helpers.singular.adversary import ATTACK_RULES, task_specific
 from helpers.singular.alpha_path import kept_overlap
 from helpers.singular.circuit_files import circuit_label, circuit_prompts, load_circuit
-from helpers.singular.circuits import CircuitEvaluator, evaluate_circuit, faithfulness_curve, point_at_kl, random_like
+from helpers.singular.circuits import CircuitEvaluator, binarise_top, evaluate_circuit, random_like
 from helpers.singular.masks import FixedMasks
 from helpers.singular.nonsense import nonsense_task
 from helpers.singular.training import train_masks
@@ -69,28 +70,49 @@ def weight_control(name: str, control: str, processing: str = "fold_norm", seed:
     return model
 
 
-def scored_masks(masked, masks, held_out, rule, bound: float, control_seeds: int = 3, n_points: int = 12) -> tuple[dict, FixedMasks]:
+def smallest_count_within(kl_of, total: int, bound: float, resolution: float = 0.01) -> int:
+    """The smallest n in [0, total] with ``kl_of(n)`` ≤ ``bound``, found by bisection to within
+    ``resolution`` × total (rounded up to a whole direction): the count returned is within the bound, and the
+    count ``resolution`` × total below it was not. Assumes the KL falls as directions are added; n = total (the
+    full model) is within by definition and never evaluated."""
+    step = max(1, math.ceil(resolution * total))
+    lo, hi = 0, total
+    if kl_of(0) <= bound:
+        return 0
+    while hi - lo > step:
+        mid = (lo + hi) // 2
+        if kl_of(mid) <= bound:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def scored_masks(masked, masks, held_out, rule, bound: float, control_seeds: int = 3,
+                 resolution: float = 0.01) -> tuple[dict, FixedMasks]:
     """Trained ``masks`` scored on ``held_out`` under ``rule``: the binarised circuit's kept count, KL and
-    same-count random KL, and the sparsest circuit of its ``n_points``-point threshold curve with KL ≤ ``bound``
-    (``at_bound_*``, None where none is; the curve's points have one random control each, which no verdict
-    reads). Returns (that row, the binarised circuit)."""
+    same-count random KL; and the fewest top-ranked directions (largest mask logits first, ``binarise_top``)
+    whose held-out KL is within ``bound`` (``smallest_count_within`` to ``resolution``), with its KL and one
+    same-count random control's (``at_bound_*``: None where only the full model is within). Returns (that
+    row, the binarised circuit)."""
     evaluator = CircuitEvaluator(masked, held_out, rule)
     circuit = FixedMasks.binarised(masks)
     row = evaluate_circuit(evaluator, circuit, control_seeds)
-    at = point_at_kl(faithfulness_curve(evaluator, masks, n_points, control_seeds=1, progress=False), bound)
-    row.update(at_bound_kept=None if at is None else int(at["kept"]),
-               at_bound_kept_fraction=None if at is None else float(at["kept_fraction"]),
-               at_bound_kl=None if at is None else float(at["kl"]),
-               at_bound_random_kl=None if at is None else float(at["random_kl"]))
+    total = masks.count()
+    n = smallest_count_within(lambda k: evaluator.evaluate(binarise_top(masks, k))["kl"], total, bound, resolution)
+    at = None if n == total else binarise_top(masks, n)
+    row.update(at_bound_kept=None if at is None else n, at_bound_kept_fraction=None if at is None else n / total,
+               at_bound_kl=None if at is None else evaluator.evaluate(at)["kl"],
+               at_bound_random_kl=None if at is None else evaluator.evaluate(random_like(at, 0))["kl"])
     return row, circuit
 
 
-def control_training(masked, run, train, held_out, bound: float, control_seeds: int = 3, n_points: int = 12,
+def control_training(masked, run, train, held_out, bound: float, control_seeds: int = 3, resolution: float = 0.01,
                      progress: bool = True) -> tuple[dict, FixedMasks]:
     """Masks trained by ``run`` (a ``MaskingRun``: its rule and training settings, those the task circuit's
     file records) on ``train``, then ``scored_masks`` on ``held_out``."""
     masks, history = train_masks(masked, train, run.rule(), run.train_config(), progress=progress)
-    row, circuit = scored_masks(masked, masks, held_out, run.rule(), bound, control_seeds, n_points)
+    row, circuit = scored_masks(masked, masks, held_out, run.rule(), bound, control_seeds, resolution)
     return dict(row, train_kl=float(history["kl"].iloc[-1])), circuit
 
 
@@ -164,7 +186,7 @@ def attack_circuits(masked, targets: list[dict], folder: str | Path, rules: dict
 
 
 def seed_spread(masked, run, task_name: str, first: tuple, n_seeds: int, bound: float, control_seeds: int = 3,
-                n_points: int = 12, progress: bool = True) -> tuple[pd.DataFrame, dict[int, FixedMasks]]:
+                resolution: float = 0.01, progress: bool = True) -> tuple[pd.DataFrame, dict[int, FixedMasks]]:
     """The task circuit at ``n_seeds`` training seeds (``run.seed`` and the next ones; each seed draws its own
     prompts, split, batches and noise), each scored on its own held-out prompts. ``first``: (masks, held-out
     prompts) of ``run.seed``, already trained (notebook 02's). Returns one row per seed and the circuits."""
@@ -174,26 +196,26 @@ def seed_spread(masked, run, task_name: str, first: tuple, n_seeds: int, bound: 
             masks, held_out = first
         else:
             _, held_out, masks, _ = replace(run, seed=seed).run(masked, task_name, progress=progress)
-        row, circuits[seed] = scored_masks(masked, masks, held_out, run.rule(), bound, control_seeds, n_points)
+        row, circuits[seed] = scored_masks(masked, masks, held_out, run.rule(), bound, control_seeds, resolution)
         rows.append(dict(seed=seed, **row))
     return pd.DataFrame(rows), circuits
 
 
 def nonsense_controls(masked, run, train, held_out, kinds, task_circuit: FixedMasks, bound: float, seed: int = 0,
-                      control_seeds: int = 3, n_points: int = 12, progress: bool = True) -> pd.DataFrame:
+                      control_seeds: int = 3, resolution: float = 0.01, progress: bool = True) -> pd.DataFrame:
     """For each kind of nonsense (``helpers.singular.nonsense``), masks trained by ``run`` on the training prompts
     made nonsense (seed ``seed``) and scored on the held-out ones (seed ``seed + 1``), with the Jaccard of their
     circuit with ``task_circuit``."""
     rows = []
     for kind in kinds:
         row, circuit = control_training(masked, run, nonsense_task(train, kind, seed), nonsense_task(held_out, kind, seed + 1),
-                                        bound, control_seeds, n_points, progress)
+                                        bound, control_seeds, resolution, progress)
         rows.append(dict(kind=kind, jaccard_with_task=kept_overlap(circuit, task_circuit), **row))
     return pd.DataFrame(rows)
 
 
 def weight_controls(model_name: str, processing: str, run, train, held_out, controls, bound: float, seed: int = 0,
-                    device: str = "cpu", control_seeds: int = 3, n_points: int = 12, progress: bool = True) -> pd.DataFrame:
+                    device: str = "cpu", control_seeds: int = 3, resolution: float = 0.01, progress: bool = True) -> pd.DataFrame:
     """For each weight control (``weight_control``), masks trained by ``run`` on the same prompts and scored on
     the same held-out prompts, against the control model's own output. One control model in memory at a time."""
     from helpers.singular.masks import MaskedModel
@@ -201,7 +223,7 @@ def weight_controls(model_name: str, processing: str, run, train, held_out, cont
     rows = []
     for control in controls:
         masked = MaskedModel(weight_control(model_name, control, processing, seed, device))
-        row, _ = control_training(masked, run, train, held_out, bound, control_seeds, n_points, progress)
+        row, _ = control_training(masked, run, train, held_out, bound, control_seeds, resolution, progress)
         rows.append(dict(control=control, **row))
         del masked
     return pd.DataFrame(rows)

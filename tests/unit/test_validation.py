@@ -8,8 +8,8 @@ from helpers.singular.masks import FixedMasks, MaskedModel
 from helpers.singular.tasks import ioi_task
 from helpers.singular.training import MaskingRun
 from helpers.singular.validation import (attack_targets, findings, judged, load_weight_rule, scored_masks,
-                                         seed_overlaps, specificity, verdict_line, weight_control, weights_matter,
-                                         with_attack_overrides)
+                                         seed_overlaps, smallest_count_within, specificity, verdict_line,
+                                         weight_control, weights_matter, with_attack_overrides)
 from tests.conftest import cached_model
 
 
@@ -107,7 +107,7 @@ def test_the_binarised_masks_of_a_circuit_file_are_its_kept_set(tmp_path):
     path = save_circuit(make_circuit(model, masks, FixedMasks.binarised(masks), "logit > 0", run.rule(), run, "ioi",
                                      train, held_out, "ioi-x"), tmp_path / "c.safetensors")
     circuit = load_circuit(path, model)
-    row, binarised = scored_masks(MaskedModel(model), circuit.masks(model), held_out, run.rule(), 0.21, 1, 3)
+    row, binarised = scored_masks(MaskedModel(model), circuit.masks(model), held_out, run.rule(), 0.21, 1, 0.25)
     assert all(torch.equal(binarised.blocks[n], circuit.fixed().blocks[n]) for n in binarised.blocks)
     assert row["kept"] == circuit.n_kept()
 
@@ -145,3 +145,18 @@ def test_the_verdicts_follow_the_declared_rules_and_read_in_one_line():
     assert seven_summary(controls=(299, None))["verdicts"]["weights_matter"] is False
     text = findings(summary)
     assert text.startswith("## What we found") and "**Do the trained weights matter to the kept fraction?** yes." in text
+
+
+def test_the_count_within_the_bound_is_found_by_bisection_and_a_kl_at_the_bound_is_within():
+    asked = []
+
+    def kl_of(n):  # a KL that falls as directions are added, exactly at the bound from n = 37 on
+        asked.append(n)
+        return 0.21 if n >= 37 else 0.5 + (37 - n) / 100
+
+    assert smallest_count_within(kl_of, 100, 0.21, resolution=0.01) == 37
+    assert 100 not in asked  # the full model is within by definition, never evaluated
+    coarse = smallest_count_within(kl_of, 1000, 0.21, resolution=0.1)
+    assert 37 <= coarse < 37 + 100 and kl_of(coarse) <= 0.21
+    assert smallest_count_within(lambda n: 0.0, 100, 0.21) == 0  # nothing needed at all
+    assert smallest_count_within(lambda n: 0.0 if n == 100 else 1.0, 100, 0.21) == 100  # only the full model
