@@ -156,6 +156,8 @@ def test_the_count_within_the_bound_is_found_by_bisection_and_a_kl_at_the_bound_
 
     assert smallest_count_within(kl_of, 100, 0.21, resolution=0.01) == 37
     assert 100 not in asked  # the full model is within by definition, never evaluated
+    for first in range(1, 100):  # at a resolution of one direction, exact wherever the KL drops below the bound
+        assert smallest_count_within(lambda n: 0.1 if n >= first else 0.3, 100, 0.21, resolution=0.01) == first
     coarse = smallest_count_within(kl_of, 1000, 0.21, resolution=0.1)
     assert 37 <= coarse < 37 + 100 and kl_of(coarse) <= 0.21
     assert smallest_count_within(lambda n: 0.0, 100, 0.21) == 0  # nothing needed at all
