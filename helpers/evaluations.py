@@ -1,13 +1,15 @@
 """Score every committed circuit file with the pinned evaluator and keep the reports next to the figures.
 
-    python -m helpers.evaluations [--figures figures] [--only LABEL ...] [--check]
+    python -m helpers.evaluations [--figures figures] [--only LABEL ...] [--check] [--adversarial]
 
 Every circuit file that a run's summary lists under ``circuit_files`` gets two reports:
 ``figures/evaluations/<run>/<label>.json`` (the numbers of ``helpers.evaluate``, the circuit file's sha256,
 and the settings they were scored with) and ``<label>.txt`` (the evaluator's printed table). A report is
 reused only if the circuit's sha256, the evaluator's settings, its source code and the installed packages
 all match. Then ``figures/evaluations/table.md`` lists one line per circuit. ``--check`` writes nothing:
-it names every report that is missing or stale and exits 1 if there is one.
+it names every report that is missing or stale and exits 1 if there is one. ``--adversarial``: every report
+must also hold the circuit under the declared attack (``python -m helpers.evaluate --adversarial``); a report
+that holds it stays current without the option.
 
 The evaluator's own defaults are used: 96 fresh prompts from the training seed + 1, three random controls,
 and the signed ranking.
@@ -24,6 +26,7 @@ from pathlib import Path
 from helpers.core.cache import atomic_write_json, atomic_write_text, sha256_file
 from helpers.core.device import DeviceUnavailableError, configure, resolve_device
 from helpers.pipeline import PACKAGE_ROOT, _imported_helpers, _module_file, environment_record
+ATTACK_RULES = None  # the rules of --adversarial; None: the declared file (helpers.singular.adversary.ATTACK_RULES)
 from helpers.summaries import SUMMARY_FILE, summary_value
 
 REPORTS = "evaluations"
@@ -51,14 +54,29 @@ def evaluator_sources() -> list[Path]:
     return sorted(seen)
 
 
-def evaluator_inputs(device: str = "cpu") -> bytes:
+def settings(adversarial: bool = False) -> dict:
+    """The evaluator's settings, with ``adversarial`` (the attack of ``data/circuit_attack.toml``) only when on:
+    a report without the attack keeps the digest it always had."""
+    return {**SETTINGS, "adversarial": True} if adversarial else dict(SETTINGS)
+
+
+def attack_rules_file() -> Path:
+    """The rules ``--adversarial`` attacks by (read here, not at import: the model stack loads only for work)."""
+    from helpers.singular.adversary import ATTACK_RULES as DECLARED
+
+    return Path(ATTACK_RULES or DECLARED)
+
+
+def evaluator_inputs(device: str = "cpu", adversarial: bool = False) -> bytes:
     """What every report depends on besides its circuit: the settings, the evaluator's code, the packages,
-    the thread count and the device's numerics (``device``, resolved). Read once per command, not once per
-    circuit."""
-    parts = [json.dumps(SETTINGS, sort_keys=True).encode()]
+    the thread count and the device's numerics (``device``, resolved), and with the attack its declared rules.
+    Read once per command, not once per circuit."""
+    parts = [json.dumps(settings(adversarial), sort_keys=True).encode()]
     for source in evaluator_sources():
         parts += [str(source.relative_to(PACKAGE_ROOT)).encode(), source.read_bytes()]
     parts.append(json.dumps(environment_record(device=device), sort_keys=True).encode())
+    if adversarial:
+        parts.append(attack_rules_file().read_bytes())
     return b"".join(parts)
 
 
@@ -71,9 +89,12 @@ def report_path(figures: Path, run: str, circuit: Path) -> Path:
     return figures / REPORTS / run / f"{circuit.stem}.json"
 
 
-def report_state(figures: Path, run: str, circuit: Path, recorded_sha256: str, evaluator: bytes) -> tuple[str, str]:
+def report_state(figures: Path, run: str, circuit: Path, recorded_sha256: str, evaluators: dict[bool, bytes],
+                 adversarial: bool = False) -> tuple[str, str]:
     """(state, why) of one circuit's report. States: "current"; "unscored" or "stale" (scoring it again
-    fixes it); "circuit changed" (the circuit file is gone or is not the one its run recorded: rerun the run)."""
+    fixes it); "circuit changed" (the circuit file is gone or is not the one its run recorded: rerun the run).
+    ``evaluators``: ``evaluator_inputs`` without and with the attack (False, True). A report with the attack
+    is current for either request, one without it only when the attack is not asked for."""
     if not circuit.exists():
         return "circuit changed", f"{circuit} is listed in {run}'s summary but is not there; rerun {run}"
     sha = sha256_file(circuit)
@@ -84,9 +105,12 @@ def report_state(figures: Path, run: str, circuit: Path, recorded_sha256: str, e
     if not path.exists():
         return "unscored", f"no report {path}"
     saved = json.loads(path.read_text())
+    attacked = bool((saved.get("settings") or {}).get("adversarial"))
+    if adversarial and not attacked:
+        return "unscored", f"{path} holds no attack"
     if saved.get("circuit_sha256") != sha:
         return "stale", f"{path} scored another version of {circuit.name}"
-    if saved.get("inputs_digest") != inputs_digest(sha, evaluator):
+    if saved.get("inputs_digest") != inputs_digest(sha, evaluators[attacked]):
         return "stale", f"{path}: the evaluator's code, settings or packages changed since it was written"
     return "current", ""
 
@@ -121,6 +145,13 @@ def _task_rank(report: dict) -> tuple:
     return (TASK_ORDER.index(task) if task in TASK_ORDER else len(TASK_ORDER), task)
 
 
+def _attack_cell(attack: dict | None) -> str:
+    if not attack:
+        return "not attacked"
+    steps = max(attack["settings"]["checkpoints"])
+    return f"{'survives' if attack['survives'] else 'breaks'} {steps} steps ({fixed(attack['best_kl'], 3)})"
+
+
 def table(reports: list[dict], not_current: list[str] = ()) -> str:
     """One Markdown line per circuit, IOI first: kept share (from the counts, not the rounded fraction), KL
     against the same-count random control, accuracy with its 95 % interval over the prompts, and CPR/CMD
@@ -139,6 +170,7 @@ def table(reports: list[dict], not_current: list[str] = ()) -> str:
             **{f"{name} {axis} (random)": f"{fixed(areas['circuit'][key], 3)} ({fixed(areas['random'][key], 3)})"
                for name, axis, key in (("CPR", "linear", "cpr_linear"), ("CPR", "log", "cpr_log"),
                                        ("CMD", "linear", "cmd_linear"), ("CMD", "log", "cmd_log"))},
+            "under attack (largest KL)": _attack_cell(r.get("attack")),
         })
     header = ("Written by `python -m helpers.evaluations`: each committed circuit file scored by `python -m "
               "helpers.evaluate` on fresh prompts (seed = training seed + 1, the run's own prompts removed), "
@@ -146,7 +178,9 @@ def table(reports: list[dict], not_current: list[str] = ()) -> str:
               "CPR is the area under f(k), the share of the full model's metric that the top k directions of "
               "the ranking recover; it exceeds 1 when some of those partial circuits beat the full model on the "
               "metric. A circuit that keeps 100 % has KL 0 and its random control is the full model too: its "
-              "row says nothing about sparsity. RESULTS.md names each task's headline circuit.\n\n")
+              "row says nothing about sparsity. Under attack: the largest held-out KL an adversary found by "
+              "setting the directions the circuit leaves out (`--adversarial`, data/circuit_attack.toml), against "
+              "the declared bound. RESULTS.md names each task's headline circuit.\n\n")
     missing = "".join(f"\nNot current, so not listed: {why}\n" for why in not_current)
     return header + markdown(rows) + missing
 
@@ -160,6 +194,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--figures", default="figures", help="the figures folder (default figures)")
     parser.add_argument("--only", nargs="+", default=None, help="circuit labels to score (default all)")
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if a report is missing or stale")
+    parser.add_argument("--adversarial", action="store_true",
+                        help="reports must also hold the circuit under attack (data/circuit_attack.toml): those "
+                             "without it are scored again, with it (minutes per circuit on a CPU)")
     parser.add_argument("--device", default="auto", help="auto (default: cuda where a GPU is present, else cpu), cpu "
                                                          "or cuda; a report is current only for the device it was "
                                                          "scored on")
@@ -180,9 +217,10 @@ def main(argv: list[str] | None = None) -> int:
     if not circuits:
         print(f"error: no summary under {figures} lists circuit files", file=sys.stderr)
         return 2
-    problems, current, models, evaluator = [], [], {}, evaluator_inputs(device)
+    problems, current, models = [], [], {}
+    evaluators = {mode: evaluator_inputs(device, mode) for mode in (False, True)}
     for index, (run, circuit, recorded) in enumerate(circuits, 1):
-        state, why = report_state(figures, run, circuit, recorded, evaluator)
+        state, why = report_state(figures, run, circuit, recorded, evaluators, args.adversarial)
         step = f"[{index}/{len(circuits)}] {circuit.stem}"
         if state == "current":
             print(f"{step}: current, reused")
@@ -198,11 +236,13 @@ def main(argv: list[str] | None = None) -> int:
             if key not in models:  # one load per model; evaluate_file checks it against each file
                 models[key] = load_model(saved["model"], processing=saved["processing"], device=device)
             result = evaluate_file(circuit, SETTINGS["n_prompts"], SETTINGS["seed"], SETTINGS["control_seeds"],
-                                   SETTINGS["ranking"], model=models[key])
+                                   SETTINGS["ranking"], model=models[key], adversarial=args.adversarial,
+                                   attack_rules=attack_rules_file())
             path, sha = report_path(figures, run, circuit), sha256_file(circuit)
             atomic_write_text(path.with_suffix(".txt"), report(result) + "\n")
             atomic_write_json(path, {**summary_value(result), "circuit_sha256": sha,
-                                     "inputs_digest": inputs_digest(sha, evaluator), "settings": SETTINGS,
+                                     "inputs_digest": inputs_digest(sha, evaluators[args.adversarial]),
+                                     "settings": settings(args.adversarial),
                                      "wall_time_s": round(time.time() - start, 1)})
             print(f"{step}: wrote {path} in {time.time() - start:.0f} s", flush=True)
         current.append(json.loads(report_path(figures, run, circuit).read_text()))

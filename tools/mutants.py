@@ -170,6 +170,8 @@ MUTANTS = [  # (file, original text, mutated text, tests to run, what the mutant
  ('helpers/singular/validation.py', '    model.weights_source = f"{model.weights_source}, then {control} (seed {seed})"', '    pass', 'tests/unit/test_validation.py', "a weight control shares the trained model's cache keys"),
  ('helpers/singular/validation.py', '        if kl_of(mid) <= bound:', '        if kl_of(mid) < bound:', 'tests/unit/test_validation.py', 'a count whose KL is exactly the bound counted as outside'),
  ('helpers/singular/validation.py', '    while hi - lo > step:', '    while hi - lo > 2 * step:', 'tests/unit/test_validation.py', 'the bisection stops at twice its declared resolution'),
+ ('helpers/evaluations.py', '    if adversarial and not attacked:', '    if False:', 'tests/unit/test_evaluations.py', 'a report without the attack passes as attacked'),
+ ('helpers/evaluations.py', '        parts.append(attack_rules_file().read_bytes())', '        pass', 'tests/unit/test_evaluations.py', 'changed attack rules leave attacked reports current'),
 ]
 
 

@@ -1,6 +1,7 @@
 """The committed evaluator reports: written once per circuit file, reused only while current, and present and
 current for every circuit file the committed figures hold."""
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -46,6 +47,32 @@ def test_reports_are_written_then_reused_and_redone_only_when_an_input_changes(t
     assert "changed since it was written" in capsys.readouterr().out
 
 
+def test_adversarial_reports_carry_the_attack_and_stay_current_without_the_option(tmp_path, monkeypatch, capsys):
+    import helpers.evaluate
+
+    monkeypatch.setattr(evaluations, "SETTINGS", SMALL)
+    short = tmp_path / "attack.toml"  # the declared rules with a shorter attack, so that the test takes seconds
+    short.write_text(evaluations.attack_rules_file().read_text().replace("checkpoints = [20, 40, 80, 160]", "checkpoints = [2, 4]"))
+    monkeypatch.setattr(evaluations, "ATTACK_RULES", short)
+    figures, circuit = figures_with_a_circuit(tmp_path)
+    assert evaluations.main(["--figures", str(figures)]) == 0  # a report without the attack
+    assert evaluations.main(["--figures", str(figures), "--adversarial", "--check"]) == 1
+    assert "holds no attack" in capsys.readouterr().out
+    assert evaluations.main(["--figures", str(figures), "--adversarial"]) == 0
+    report = figures / "evaluations" / "02_masking-ioi-tiny-llama" / "ioi-test.json"
+    saved = json.loads(report.read_text())
+    assert saved["settings"]["adversarial"] is True
+    assert saved["attack"]["settings"]["checkpoints"] == [2, 4]  # the rules it was given
+    assert {"under_rule_kl", "stochastic", "curve", "best_kl", "survives"} <= set(saved["attack"])
+    assert "under attack" in report.with_suffix(".txt").read_text()
+    assert re.search(r"\| (survives|breaks) 4 steps \(\d\.\d{3}\) \|", (figures / "evaluations" / "table.md").read_text())
+    monkeypatch.setattr(helpers.evaluate, "evaluate_file", lambda *a, **k: pytest.fail("a current report was rescored"))
+    assert evaluations.main(["--figures", str(figures), "--check"]) == 0  # the attack is more, never less
+    assert evaluations.main(["--figures", str(figures), "--adversarial", "--check"]) == 0
+    short.write_text(short.read_text().replace("checkpoints = [2, 4]", "checkpoints = [2, 5]"))  # other rules: stale
+    assert evaluations.main(["--figures", str(figures), "--adversarial", "--check"]) == 1
+
+
 def test_a_circuit_file_that_is_not_the_one_its_run_recorded_is_refused(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(evaluations, "SETTINGS", SMALL)
     figures, circuit = figures_with_a_circuit(tmp_path)
@@ -65,7 +92,9 @@ def test_table_pairs_each_number_with_its_random_control():
     line = evaluations.table([report], ["y is stale"]).splitlines()
     row = next(l for l in line if l.startswith("| x |"))
     assert row == ("| x | 11.1 | 90 | 0.100 (1.500) | 0.90 [0.82–0.95] (0.20) | 0.700 (0.200) | 0.070 (0.020) "
-                   "| 0.300 (0.800) | 0.930 (0.980) |")
+                   "| 0.300 (0.800) | 0.930 (0.980) | not attacked |")
+    attacked = dict(report, attack=dict(settings=dict(checkpoints=[20, 160]), survives=False, best_kl=0.2100004))
+    assert evaluations.table([attacked]).splitlines()[-1].endswith("| breaks 160 steps (0.210) |")
     assert line[-1] == "Not current, so not listed: y is stale"
     zero = dict(report, label="z", circuit=dict(report["circuit"], kl=-0.0000071, random_kl=-0.0004))
     assert "| -0.000" not in evaluations.table([zero]) and "| 0.000 (0.000) |" in evaluations.table([zero])
