@@ -161,19 +161,27 @@ def circuit_checks(summaries: dict) -> str:
     return "\n".join(lines)
 
 
-def paper_budget(summaries: dict) -> str | None:
+def paper_budget(summaries: dict, rules: dict | None = None) -> str | None:
     """Paper 1's recipe given five times the reference budget (the sweep ``PAPER_BUDGET_SWEEP``), as a sentence:
-    the share it keeps as its code counts it, its soft-mask KL, and its masks binarised against their random
-    control. None while the sweep has not run."""
+    the share it keeps as its code counts it, at its soft-mask KL, judged by the sparsity rule of the claims
+    (``helpers.claims.sparsity_verdict``) on that count; and its masks binarised against their random control.
+    None while the sweep has not run."""
+    from helpers.claims import sparsity_verdict
+
     run = next((n for n, s in summaries.items() if s and n.startswith(PAPER_BUDGET_SWEEP)), None)
     if run is None:
         return None
+    rules = rules or load_rules()
     summary = summaries[run]
     recipe = summary["paper_recipe_run"]
     soft, binarised = summary["ledger"][0], summary["ledger"][1]
+    paper_fraction = rules["sparsity"]["paper_kept_fraction"]["ioi"]
+    verdict = sparsity_verdict(dict(kept_fraction=soft["kept_percent"] / 100, kl=soft["kl"], random_kl=soft["random_kl"]),
+                               None, paper_fraction, rules)
     return (f"Paper 1's recipe given {recipe['steps']:,} steps of {recipe['batch']} (the reference run: 600) keeps "
-            f"{soft['kept_percent']:.1f} % (m ≥ 1e-3) at soft-mask KL {soft['kl']:.2f}; binarised, its circuit has "
-            f"held-out KL {binarised['kl']:.2f} against {binarised['random_kl']:.2f} for the same count at random "
+            f"{soft['kept_percent']:.1f} % of the directions (m ≥ 1e-3) at soft-mask KL {soft['kl']:.2f}: against the "
+            f"paper's {100 * paper_fraction:.2f} %, counted its way, **{verdict}**; binarised, its circuit has held-out "
+            f"KL {binarised['kl']:.2f} against {binarised['random_kl']:.2f} for the same count at random "
             f"({_run_link(run)})")
 
 
