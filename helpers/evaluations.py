@@ -157,13 +157,15 @@ def table(reports: list[dict], not_current: list[str] = ()) -> str:
     against the same-count random control, accuracy with its 95 % interval over the prompts, and CPR/CMD
     against random rankings on both axes."""
     rows = []
+    labels = [r["label"] for r in reports]
     for r in sorted(reports, key=_task_rank):  # stable: each task's circuits keep their order
         areas = {a["ranking"].split(" ")[0]: a for a in r["areas"]}
         c = r["circuit"]
         total = next(point["kept"] for point in r["curve"] if point["percent"] == 100)  # C_100 keeps every direction
         low, high = wilson(round(c["accuracy"] * r["n_prompts"]), r["n_prompts"])
         rows.append({
-            "circuit": r["label"], "kept %": f"{100 * c['kept'] / total:.1f}", "prompts": r["n_prompts"],
+            "circuit": r["label"] if labels.count(r["label"]) == 1 else f"{r['label']} ({Path(r['file']).parent.parent.name})",
+            "kept %": f"{100 * c['kept'] / total:.1f}", "prompts": r["n_prompts"],
             "KL (random)": f"{fixed(c['kl'], 3)} ({fixed(c['random_kl'], 3)})",
             "accuracy [95 % CI] (random)": f"{fixed(c['accuracy'], 2)} [{fixed(low, 2)}–{fixed(high, 2)}] "
                                            f"({fixed(c['random_accuracy'], 2)})",

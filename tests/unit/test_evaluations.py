@@ -93,6 +93,8 @@ def test_table_pairs_each_number_with_its_random_control():
     row = next(l for l in line if l.startswith("| x |"))
     assert row == ("| x | 11.1 | 90 | 0.100 (1.500) | 0.90 [0.82–0.95] (0.20) | 0.700 (0.200) | 0.070 (0.020) "
                    "| 0.300 (0.800) | 0.930 (0.980) | not attacked |")
+    twice = [dict(report, file="figures/run-a/circuits/x.safetensors"), dict(report, file="figures/run-b/circuits/x.safetensors")]
+    assert [l.split(" | ")[0] for l in evaluations.table(twice).splitlines()[-2:]] == ["| x (run-a)", "| x (run-b)"]
     attacked = dict(report, attack=dict(settings=dict(checkpoints=[20, 160]), survives=False, best_kl=0.2100004))
     assert evaluations.table([attacked]).splitlines()[-1].endswith("| breaks 160 steps (0.210) |")
     assert line[-1] == "Not current, so not listed: y is stale"
