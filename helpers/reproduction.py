@@ -179,10 +179,10 @@ def paper_budget(summaries: dict, rules: dict | None = None) -> str | None:
     verdict = sparsity_verdict(dict(kept_fraction=soft["kept_percent"] / 100, kl=soft["kl"], random_kl=soft["random_kl"]),
                                None, paper_fraction, rules)
     return (f"Paper 1's recipe given {recipe['steps']:,} steps of {recipe['batch']} (the reference run: 600) keeps "
-            f"{soft['kept_percent']:.1f} % of the directions (m ≥ 1e-3) at soft-mask KL {soft['kl']:.2f}: against the "
-            f"paper's {100 * paper_fraction:.2f} %, counted its way, **{verdict}**; binarised, its circuit has held-out "
-            f"KL {binarised['kl']:.2f} against {binarised['random_kl']:.2f} for the same count at random "
-            f"({_run_link(run)})")
+            f"{soft['kept_percent']:.1f} % of the directions (m ≥ 1e-3) at soft-mask KL {soft['kl']:.2f} (the paper: "
+            f"{100 * paper_fraction:.2f} % at KL {rules['sparsity']['paper_kl']}); by the sparsity rule, counted the "
+            f"paper's way: **{verdict}**. Binarised, its circuit has held-out KL {binarised['kl']:.2f} against "
+            f"{binarised['random_kl']:.2f} for the same count at random ({_run_link(run)})")
 
 
 def with_verdicts(readme: str, manifest: dict) -> str:

@@ -187,7 +187,8 @@ def test_the_paper_budget_sentence_reads_the_ledgers_first_two_rows():
     name = "02_masking-ioi-paper-budget-paper_maskingsteps_3000"
     text = paper_budget({name: summary})
     assert text.startswith("Paper 1's recipe given 3,000 steps of 16 (the reference run: 600) keeps 41.2 % of the "
-                           "directions (m ≥ 1e-3) at soft-mask KL 0.03: against the paper's 8.68 %, counted its way, "
-                           "**not reproduced**; binarised, its circuit has held-out KL 1.23 against 2.50")
+                           "directions (m ≥ 1e-3) at soft-mask KL 0.03 (the paper: 8.68 % at KL 0.21); by the sparsity "
+                           "rule, counted the paper's way: **not reproduced**. Binarised, its circuit has held-out KL "
+                           "1.23 against 2.50")
     sparse = dict(summary, ledger=[dict(ledger[0], kept_percent=17.0), ledger[1]])  # within 2 × 8.68 %, the rule's limit
     assert "**reproduced**" in paper_budget({name: sparse})
