@@ -9,6 +9,9 @@ workshop run, and judged on the summaries of a finished one.
 - **Receptors** (notebook 06): at the largest steering scale, on both sites (direct path and full forward),
   the receptor intervention flips at least ``flip_percent`` % of the pronouns and at least ``flip_above_random``
   points more than the equal-norm random directions.
+- **A circuit breaking** (notebook 07, the attack alone): the adversary takes each attacked circuit's held-out
+  KL to at least ``attack_gain`` times its KL under the rule, so that the class sees the curve rise (declared on
+  2026-12-05, before any run of notebook 07 at any size).
 - **Check B** (notebook 04): over the layers the profile runs, the model passes B1 on at least
   ``b1_margin`` more site-layers than each negative control.
 
@@ -25,7 +28,8 @@ import pandas as pd
 
 from helpers.summaries import SUMMARY_FILE
 
-CRITERIA = dict(circuit_ratio=3.0, heaviest_kept=0.5, flip_percent=50.0, flip_above_random=30.0, b1_margin=2)
+CRITERIA = dict(circuit_ratio=3.0, heaviest_kept=0.5, flip_percent=50.0, flip_above_random=30.0, b1_margin=2,
+                attack_gain=2.0)
 """Declared before the first workshop run (see the module docstring)."""
 
 
@@ -77,7 +81,19 @@ def b1_rows(run: str, summary: dict, criteria: dict = CRITERIA) -> list[dict]:
                  f"≥ {criteria['b1_margin']}", model - n >= criteria["b1_margin"]) for label, n in counts.items()]
 
 
-CHECKS = (("02_masking-", circuit_rows), ("06_steering-", receptor_rows), ("04_tiled_svd-", b1_rows))
+def attack_rows(run: str, summary: dict, criteria: dict = CRITERIA) -> list[dict]:
+    """Each circuit notebook 07 attacked (not its random control): largest KL under attack / KL under the rule."""
+    rows = []
+    for r in summary["attack_table"]:
+        if r["circuit"] == "circuit":
+            gain = r["adversarial_kl"] / max(r["under_rule_kl"], 1e-12)
+            rows.append(_row(f"{r['label']}: KL under attack / under the rule", run, gain,
+                             f"≥ {criteria['attack_gain']}", r["adversarial_kl"] >= criteria["attack_gain"] * r["under_rule_kl"]))
+    return rows
+
+
+CHECKS = (("02_masking-", circuit_rows), ("06_steering-", receptor_rows), ("07_circuit_validation-", attack_rows),
+          ("04_tiled_svd-", b1_rows))
 
 
 def check(figures: str | Path = "figures-workshop", criteria: dict = CRITERIA) -> pd.DataFrame:

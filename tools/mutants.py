@@ -69,7 +69,7 @@ MUTANTS = [  # (file, original text, mutated text, tests to run, what the mutant
  ('helpers/singular/scoring.py', 'faithfulness=(metric - empty) / (full - empty)', 'faithfulness=metric / full', 'tests/unit/test_circuit_files.py', 'faithfulness not relative to the empty circuit'),
  ('helpers/singular/circuit_files.py', '    if saved["weights_sha256"] != model.weights_sha256:', '    if False:', 'tests/unit/test_circuit_files.py', 'circuit loaded on other weights'),
  ('helpers/evaluate.py', '    keep = [i for i, prompt in enumerate(task.prompts) if prompt not in used]', '    keep = list(range(len(task)))', 'tests/unit/test_circuit_files.py', 'evaluator scores prompts the circuit was trained on'),
- ('helpers/evaluations.py', '    parts = [json.dumps(SETTINGS, sort_keys=True).encode()]', '    parts = []', 'tests/unit/test_evaluations.py', 'evaluator settings left out of a report digest'),
+ ('helpers/evaluations.py', '    parts = [json.dumps(settings(adversarial), sort_keys=True).encode()]', '    parts = []', 'tests/unit/test_evaluations.py', 'evaluator settings left out of a report digest'),
  ('helpers/evaluations.py', '    if sha != recorded_sha256:', '    if False:', 'tests/unit/test_evaluations.py', "circuit file not checked against the sha256 its run recorded"),
  ('helpers/singular/readout.py', 'for row, read in zip(rows, tokens)', 'for row, read in zip(rows, tokens[::-1])', 'tests/unit/test_readout.py', 'read-outs paired with the wrong directions'),
  ('helpers/singular/identities.py', 'relative_error((x @ qk.U * qk.S[:, None, :])', 'relative_error((x @ qk.U)', 'tests/unit/test_augmented.py', 'QK identity through the SVD without σ'),
@@ -167,11 +167,14 @@ MUTANTS = [  # (file, original text, mutated text, tests to run, what the mutant
  ('helpers/singular/validation.py', '    return task_specific(max(nonsense_jaccards.values()), seed_jaccards, ratio)', '    return task_specific(min(nonsense_jaccards.values()), seed_jaccards, ratio)', 'tests/unit/test_validation.py', 'task-specific when one kind of nonsense overlaps little'),
  ('helpers/singular/validation.py', '    return all(k is None or k * ratio.denominator >= ratio.numerator * task_kept for k in control_kept.values())', '    return all(k is None or k * ratio.denominator > ratio.numerator * task_kept for k in control_kept.values())', 'tests/unit/test_validation.py', 'a weight control exactly at the declared ratio counted against'),
  ('helpers/singular/validation.py', '    return all(k is None or k * ratio.denominator >= ratio.numerator * task_kept for k in control_kept.values())', '    return any(k is None or k * ratio.denominator >= ratio.numerator * task_kept for k in control_kept.values())', 'tests/unit/test_validation.py', 'the weights matter when one control of two needs more directions'),
- ('helpers/singular/validation.py', '    model.weights_source = f"{model.weights_source}, then {control} (seed {seed})"', '    pass', 'tests/unit/test_validation.py', "a weight control shares the trained model's cache keys"),
+ ('helpers/tiled/sites.py', '    model.weights_source = f"{model.weights_source}, then {control} (seed {seed})"', '    pass', 'tests/unit/test_validation.py', "a weight control shares the trained model's cache keys"),
  ('helpers/singular/validation.py', '        if kl_of(mid) <= bound:', '        if kl_of(mid) < bound:', 'tests/unit/test_validation.py', 'a count whose KL is exactly the bound counted as outside'),
  ('helpers/singular/validation.py', '    while hi - lo > step:', '    while hi - lo > 2 * step:', 'tests/unit/test_validation.py', 'the bisection stops at twice its declared resolution'),
  ('helpers/evaluations.py', '    if adversarial and not attacked:', '    if False:', 'tests/unit/test_evaluations.py', 'a report without the attack passes as attacked'),
  ('helpers/evaluations.py', '        parts.append(attack_rules_file().read_bytes())', '        pass', 'tests/unit/test_evaluations.py', 'changed attack rules leave attacked reports current'),
+ ('helpers/singular/validation.py', '                       if nonsense_jaccards and seed_jaccards else None),', '                       if nonsense_jaccards or seed_jaccards else None),', 'tests/unit/test_validation.py', 'task-specificity judged without a nonsense circuit (the attack alone)'),
+ ('helpers/singular/validation.py', '                        if controls and task_kept is not None else None))', '                        if task_kept is not None else None))', 'tests/unit/test_validation.py', 'the weights judged to matter with no weight control (the attack alone)'),
+ ('helpers/workshop.py', 'r["adversarial_kl"] >= criteria["attack_gain"] * r["under_rule_kl"]', 'r["adversarial_kl"] > criteria["attack_gain"] * r["under_rule_kl"]', 'tests/unit/test_rule_boundaries.py', 'a circuit exactly at the workshop attack gain counted as not breaking'),
 ]
 
 

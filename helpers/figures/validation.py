@@ -85,6 +85,9 @@ def plot_controls(rows: pd.DataFrame, jaccards: pd.DataFrame, bound: float, titl
     for i, value in enumerate(jaccards["jaccard"]):
         right.annotate(f"{value:.2f}", (value, i), xytext=(3, 0), textcoords="offset points", va="center", fontsize=8)
     right.set(yticks=list(yj), yticklabels=jaccards["name"], xlim=(0, 1.1), xlabel="Jaccard of kept directions")
+    if not len(jaccards):
+        right.text(0.5, 0.5, "no overlaps measured\n(one seed, no nonsense prompts)", ha="center", va="center",
+                   transform=right.transAxes, fontsize=9)
     right.invert_yaxis()
     fig.suptitle(title, y=1.02)
     fig.tight_layout()

@@ -18,13 +18,13 @@ tested. For the full model the excluded set is empty and every attack leaves KL 
 """
 from __future__ import annotations
 
-import tomllib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pandas as pd
 import torch
 
+from helpers.core.declared import load_declared
 from helpers.singular.circuits import CircuitEvaluator
 from helpers.singular.masks import FixedMasks
 from helpers.singular.references import kl_to_full, select_rows
@@ -32,13 +32,14 @@ from helpers.singular.references import kl_to_full, select_rows
 
 @dataclass(frozen=True)
 class Attack:
-    """The adversary's settings (recorded with every result)."""
+    """The adversary's settings (recorded with every result). The declared ones are in
+    ``data/circuit_attack.toml`` (``load_attack_rules``), the only place their values are written."""
 
-    checkpoints: tuple[int, ...] = (20, 40, 80, 160)  # KL on every held-out prompt after these many steps
-    step_size: float = 0.05  # each step moves every excluded m_k by ± step_size (the sign of its gradient)
-    batch: int | None = 16  # held-out prompts per ascent step (None: all of them), cycled in a seeded order
-    starts: tuple[str, ...] = ("rule", "random")  # m = 0 (the rule's setting), and m ~ U(0, 1)
-    seed: int = 0
+    checkpoints: tuple[int, ...]  # KL on every held-out prompt after these many steps
+    step_size: float  # each step moves every excluded m_k by ± step_size (the sign of its gradient)
+    batch: int | None  # held-out prompts per ascent step (None: all of them), cycled in a seeded order
+    starts: tuple[str, ...]  # "rule": m = 0 (the rule's setting); "random": m ~ U(0, 1)
+    seed: int
 
     def __post_init__(self):
         if not self.checkpoints or any(not isinstance(c, int) or c < 1 for c in self.checkpoints) \
@@ -58,24 +59,18 @@ class Attack:
 
 ATTACK_RULES = Path(__file__).resolve().parents[2] / "data" / "circuit_attack.toml"
 RULE_KEYS = {"attack": {"checkpoints", "step_size", "batch", "starts", "stochastic_draws", "seed"},
-             "faithful": {"bound", "why"}, "task_specific": {"ratio", "why"}}
+             "faithful": {"bound", "why"}, "task_specific": {"ratio", "why"}, "weight_controls": {"min_ratio", "why"}}
 
 
 def load_attack_rules(path: str | Path = ATTACK_RULES) -> dict:
     """The declared attack and verdict rules (``data/circuit_attack.toml``), every key present and none
-    unknown; ``rules["attack"]`` is an ``Attack``."""
-    path = Path(path)
-    with open(path, "rb") as handle:
-        table = tomllib.load(handle)
-    for section, keys in RULE_KEYS.items():
-        got = set(table.get(section, {}))
-        if got != keys:
-            raise ValueError(f"{path}: section [{section}] must hold exactly {sorted(keys)}; missing "
-                             f"{sorted(keys - got)}, unknown {sorted(got - keys)}")
+    unknown; ``rules["attack"]`` is an ``Attack``, ``rules["stochastic_draws"]`` its number of random settings,
+    the other sections as written."""
+    table = load_declared(path, RULE_KEYS)
     attack = dict(table["attack"])
     draws = attack.pop("stochastic_draws")
     return dict(attack=Attack(**{**attack, "checkpoints": tuple(attack["checkpoints"]), "starts": tuple(attack["starts"])}),
-                stochastic_draws=draws, faithful=table["faithful"], task_specific=table["task_specific"])
+                stochastic_draws=draws, **{section: table[section] for section in RULE_KEYS if section != "attack"})
 
 
 def task_specific(nonsense_jaccard: float, seed_jaccards: list[float], ratio: float) -> bool:
@@ -124,7 +119,7 @@ def _uniform(circuit: FixedMasks, generator: torch.Generator) -> dict[str, torch
             for name, kept in circuit.blocks.items()}
 
 
-def stochastic_kl(evaluator: CircuitEvaluator, circuit: FixedMasks, draws: int = 8, seed: int = 0) -> dict:
+def stochastic_kl(evaluator: CircuitEvaluator, circuit: FixedMasks, draws: int, seed: int) -> dict:
     """Held-out KL under ``draws`` independent settings m ~ U(0, 1) of the excluded directions: the mean, the
     largest and every draw's."""
     if isinstance(draws, bool) or not isinstance(draws, int) or draws < 1:
@@ -137,7 +132,7 @@ def stochastic_kl(evaluator: CircuitEvaluator, circuit: FixedMasks, draws: int =
     return dict(mean=sum(kls) / len(kls), max=max(kls), draws=kls, seed=seed)
 
 
-def adversarial_kl(evaluator: CircuitEvaluator, circuit: FixedMasks, attack: Attack = Attack(),
+def adversarial_kl(evaluator: CircuitEvaluator, circuit: FixedMasks, attack: Attack,
                    progress: bool = False) -> pd.DataFrame:
     """Projected gradient ascent on the excluded directions' m to maximise the held-out KL, from each of
     ``attack.starts``. One row per (start, step) at step 0 and at each checkpoint: the KL on every held-out

@@ -4,20 +4,20 @@ declares.
 
 - ``attack_targets``: the two circuits of a task, read from notebook 02's summary: the default α, and the
   sparsest trained circuit whose held-out KL is within the bound (one circuit when they are the same);
-- ``weight_control``: the model with every weight re-drawn (``random-init``) or each linear map's input
-  columns permuted (``permuted``), paper 2's controls (``helpers.tiled.sites``), marked in its record so that
-  its trainings never share a cache key with the trained model's;
 - ``control_training``: a circuit trained exactly as the task circuit was (the run its file records), on
   other prompts or another model, scored on its own held-out prompts: its binarised circuit against a
   same-count random one, and the fewest top-ranked directions within the bound (bisection);
 - ``seed_overlaps``: the Jaccard of the kept sets between every pair of seeds;
 - ``specificity`` and ``weights_matter``: the declared rules, at their boundaries in the tests.
+
+The weight controls are paper 2's (``helpers.tiled.sites.control_model``: every weight re-drawn, or each
+linear map's input columns permuted), whose record names the control, so that their trainings never share a
+cache key with the trained model's.
 """
 from __future__ import annotations
 
 import math
 import time
-import tomllib
 from fractions import Fraction
 from dataclasses import replace
 from itertools import combinations
@@ -25,16 +25,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from helpers.singular.adversary import ATTACK_RULES, task_specific
+from helpers.singular.adversary import task_specific
 from helpers.singular.alpha_path import kept_overlap
 from helpers.singular.circuit_files import circuit_label, circuit_prompts, load_circuit
 from helpers.singular.circuits import CircuitEvaluator, binarise_top, evaluate_circuit, random_like
 from helpers.singular.masks import FixedMasks
 from helpers.singular.nonsense import nonsense_task
 from helpers.singular.training import train_masks
-
-WEIGHT_CONTROLS = ("random-init", "permuted")
-WEIGHT_RULE_KEYS = {"min_ratio", "why"}
 
 
 def attack_targets(summary: dict, bound: float) -> list[dict]:
@@ -53,21 +50,6 @@ def attack_targets(summary: dict, bound: float) -> list[dict]:
         targets = [dict(role="default α", alpha=default),
                    dict(role=f"sparsest within KL {bound:g}", alpha=float(sparsest["alpha"]))]
     return [dict(t, label=circuit_label(task, "ours", t["alpha"])) for t in targets]
-
-
-def weight_control(name: str, control: str, processing: str = "fold_norm", seed: int = 0, device: str = "cpu"):
-    """``name`` loaded fresh with its weights replaced by the ``control`` (see the module docstring); its
-    ``weights_source`` says so, which changes every cache key that holds the model's record."""
-    from helpers.core.models import load_model
-    from helpers.tiled.sites import permute_site_columns, randomise_weights
-
-    if control not in WEIGHT_CONTROLS:
-        raise ValueError(f"control={control!r} is not one of {WEIGHT_CONTROLS}")
-    model = load_model(name, processing=processing, device=device)
-    (randomise_weights if control == "random-init" else permute_site_columns)(model, seed)
-    model.weights_source = f"{model.weights_source}, then {control} (seed {seed})"
-    model.__dict__.pop("weights_sha256", None)  # a digest taken before the change would name the real weights
-    return model
 
 
 def smallest_count_within(kl_of, total: int, bound: float, resolution: float = 0.01) -> int:
@@ -129,17 +111,6 @@ def specificity(nonsense_jaccards: dict[str, float], seed_jaccards: list[float],
     if not nonsense_jaccards:
         raise ValueError("task-specificity needs the Jaccard with at least one nonsense circuit")
     return task_specific(max(nonsense_jaccards.values()), seed_jaccards, ratio)
-
-
-def load_weight_rule(path: str | Path = ATTACK_RULES) -> dict:
-    """The declared rule for the weight controls (``[weight_controls]`` of ``data/circuit_attack.toml``)."""
-    path = Path(path)
-    with open(path, "rb") as handle:
-        section = tomllib.load(handle).get("weight_controls", {})
-    if set(section) != WEIGHT_RULE_KEYS:
-        raise ValueError(f"{path}: section [weight_controls] must hold exactly {sorted(WEIGHT_RULE_KEYS)}; missing "
-                         f"{sorted(WEIGHT_RULE_KEYS - set(section))}, unknown {sorted(set(section) - WEIGHT_RULE_KEYS)}")
-    return section
 
 
 def weights_matter(task_kept: int | None, control_kept: dict[str, int | None], min_ratio: float) -> bool:
@@ -211,22 +182,33 @@ def nonsense_controls(masked, run, train, held_out, kinds, task_circuit: FixedMa
         row, circuit = control_training(masked, run, nonsense_task(train, kind, seed), nonsense_task(held_out, kind, seed + 1),
                                         bound, control_seeds, resolution, progress)
         rows.append(dict(kind=kind, jaccard_with_task=kept_overlap(circuit, task_circuit), **row))
-    return pd.DataFrame(rows)
+    return _table(rows, ["kind", "jaccard_with_task"])
 
 
 def weight_controls(model_name: str, processing: str, run, train, held_out, controls, bound: float, seed: int = 0,
                     device: str = "cpu", control_seeds: int = 3, resolution: float = 0.01, progress: bool = True) -> pd.DataFrame:
-    """For each weight control (``weight_control``), masks trained by ``run`` on the same prompts and scored on
-    the same held-out prompts, against the control model's own output. One control model in memory at a time."""
+    """For each weight control (``helpers.tiled.sites.control_model``), masks trained by ``run`` on the same
+    prompts and scored on the same held-out prompts, against the control model's own output. One control model
+    in memory at a time."""
     from helpers.singular.masks import MaskedModel
+    from helpers.tiled.sites import control_model
 
     rows = []
     for control in controls:
-        masked = MaskedModel(weight_control(model_name, control, processing, seed, device))
+        masked = MaskedModel(control_model(model_name, control, processing, seed, device))
         row, _ = control_training(masked, run, train, held_out, bound, control_seeds, resolution, progress)
         rows.append(dict(control=control, **row))
         del masked
-    return pd.DataFrame(rows)
+    return _table(rows, ["control"])
+
+
+CONTROL_COLUMNS = ["kept", "kept_fraction", "kl", "random_kl", "at_bound_kept", "at_bound_kept_fraction", "at_bound_kl",
+                   "at_bound_random_kl", "train_kl"]
+"""What every control training's row holds, also when no control was asked for (the workshop's attack alone)."""
+
+
+def _table(rows: list[dict], first: list[str]) -> pd.DataFrame:
+    return pd.DataFrame(rows) if rows else pd.DataFrame(columns=first + CONTROL_COLUMNS)
 
 
 # --- verdicts and what they say ----------------------------------------------------------------------------
@@ -240,10 +222,11 @@ def _count(value):
 
 
 def judged(attack_table: pd.DataFrame, seeds: pd.DataFrame, jaccards: list[dict], nonsense: pd.DataFrame,
-           weights: pd.DataFrame, rules: dict, weight_rule: dict) -> dict:
+           weights: pd.DataFrame, rules: dict) -> dict:
     """The three verdicts of a task, by the declared rules: whether each attacked circuit survives; whether the
     task circuit is task-specific (None without nonsense controls or a second seed); whether the trained
-    weights matter to its kept fraction (None without a weight control, or without a circuit within the bound)."""
+    weights matter to its kept fraction (None without a weight control, or without a circuit within the bound).
+    ``rules``: ``load_attack_rules``, with any overrides of the attack."""
     circuits = attack_table[attack_table["circuit"] == "circuit"]
     seed_jaccards = [j["jaccard"] for j in jaccards]
     nonsense_jaccards = dict(zip(nonsense["kind"], nonsense["jaccard_with_task"])) if len(nonsense) else {}
@@ -259,7 +242,7 @@ def judged(attack_table: pd.DataFrame, seeds: pd.DataFrame, jaccards: list[dict]
         task_kept_fraction=_none_if_nan(seeds["at_bound_kept_fraction"].iloc[0]),
         control_kept_fractions=({c: _none_if_nan(f) for c, f in zip(weights["control"], weights["at_bound_kept_fraction"])}
                                 if len(weights) else {}),
-        weights_matter=(weights_matter(task_kept, controls, weight_rule["min_ratio"])
+        weights_matter=(weights_matter(task_kept, controls, rules["weight_controls"]["min_ratio"])
                         if controls and task_kept is not None else None))
 
 

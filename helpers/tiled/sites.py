@@ -7,7 +7,9 @@ after that norm, where the residual stream receives the write: ``ln1_post`` / ``
 map's own output where there is no post norm.
 
 Negative controls change the weights in place: ``randomise_weights`` (every parameter re-drawn from the
-architecture's initialiser, seeded) and ``permute_site_columns`` (each site's input columns shuffled).
+architecture's initialiser, seeded) and ``permute_site_columns`` (each site's input columns shuffled);
+``control_model`` loads a registry model fresh with one of them applied (paper 2's controls; paper 1's
+circuits are checked against the same ones in notebook 07).
 """
 from __future__ import annotations
 
@@ -123,3 +125,22 @@ def permute_site_columns(model, seed: int, sites: list[Site] | None = None) -> N
             n_in = weight.shape[0] if transposed else weight.shape[1]
             order = torch.randperm(n_in, generator=generator, device="cpu").to(weight.device)
             weight.copy_(weight[order] if transposed else weight[:, order])
+
+
+CONTROLS = ("random-init", "permuted")
+
+
+def control_model(name: str, control: str, processing: str = "raw", seed: int = 0, device: str = "cpu"):
+    """Registry model ``name`` loaded fresh (the real model is untouched) with every weight re-drawn
+    (``random-init``) or each site's input columns permuted (``permuted``), seeded. Its ``weights_source``
+    names the control, so its record, and every cache key that holds the record, differ from the real
+    model's; its weights digest is taken of the changed weights."""
+    from helpers.core.models import load_model
+
+    if control not in CONTROLS:
+        raise ValueError(f"control={control!r} is not one of {CONTROLS}")
+    model = load_model(name, processing=processing, device=device)
+    (randomise_weights if control == "random-init" else permute_site_columns)(model, seed)
+    model.weights_source = f"{model.weights_source}, then {control} (seed {seed})"
+    model.__dict__.pop("weights_sha256", None)  # a digest taken before the change would name the real weights
+    return model

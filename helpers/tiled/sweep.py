@@ -10,7 +10,7 @@ import pandas as pd
 
 from helpers.tiled.judges import OUR_JUDGE, PAPER_JUDGE, released_c, verdicts
 from helpers.tiled.plans import TRIAL, build_plans, trial_kind
-from helpers.tiled.sites import PAPER_WIDTHS, RESIDUAL_SITES, all_sites, site_matrix
+from helpers.tiled.sites import CONTROLS, PAPER_WIDTHS, RESIDUAL_SITES, all_sites, control_model, site_matrix
 from helpers.tiled.statistics import SiteStatistics, StreamPlan
 from helpers.tiled.steer import Steering, check_c, steer_texts
 from helpers.tiled.tiling import TileSpec, frobenius_coverage, random_directions, random_partition_svd, weight_sets
@@ -123,22 +123,6 @@ def width_search(first: Sweep, trial_a: pd.DataFrame, trial_b: pd.DataFrame, sea
 # --- negative controls and coverage curves ----------------------------------------------------------------
 
 CHECKS = ("A1", "A2", "A4", "B1", "C1")
-
-
-CONTROLS = ("random-init", "permuted")
-
-
-def control_model(name: str, control: str, seed: int = 0, device: str = "cpu"):
-    """A negative control of a registry model: every weight re-drawn (``random-init``) or each site's
-    input columns permuted (``permuted``); loaded fresh, so the real model is untouched."""
-    from helpers.core.models import load_model
-    from helpers.tiled.sites import permute_site_columns, randomise_weights
-
-    if control not in CONTROLS:
-        raise ValueError(f"control={control!r} is not one of {CONTROLS}")
-    model = load_model(name, processing="raw", device=device)
-    (randomise_weights if control == "random-init" else permute_site_columns)(model, seed)
-    return model
 
 
 def control_sweeps(name: str, controls, sample, thresholds: dict, layers=None, n_texts: int = 16, seed: int = 0,

@@ -5,8 +5,9 @@ rather than silently defaulted; every summary records the table it was judged by
 """
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
+
+from helpers.core.declared import load_declared
 
 THRESHOLD_KEYS = {
     "A": {"a1_margin", "a1_margin_effective", "a2_tolerance", "a4_margin_residual", "a4_ratio_residual",
@@ -19,12 +20,4 @@ DEFAULT_THRESHOLDS = Path(__file__).resolve().parents[2] / "data" / "tiled_svd_t
 
 def load_thresholds(path: str | Path = DEFAULT_THRESHOLDS) -> dict:
     """Read and validate the thresholds file (every key present, nothing unknown)."""
-    path = Path(path)
-    with open(path, "rb") as handle:
-        table = tomllib.load(handle)
-    for section, keys in THRESHOLD_KEYS.items():
-        got = set(table.get(section, {}))
-        if got != keys:
-            raise ValueError(f"{path}: section [{section}] must hold exactly {sorted(keys)}; "
-                             f"missing {sorted(keys - got)}, unknown {sorted(got - keys)}")
-    return table
+    return load_declared(path, THRESHOLD_KEYS)

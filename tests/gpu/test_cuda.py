@@ -73,7 +73,7 @@ def test_hard_concrete_noise_and_random_controls_are_the_same_numbers_on_both_de
 
 
 def test_the_random_init_control_is_the_same_model_on_both_devices():
-    from helpers.tiled.sweep import control_model
+    from helpers.tiled.sites import control_model
 
     cpu, cuda = (control_model("tiny-gemma3", "random-init", seed=1, device=d) for d in ("cpu", "cuda"))
     for (name, a), (_, b) in zip(cpu.hf_model.state_dict().items(), cuda.hf_model.state_dict().items()):

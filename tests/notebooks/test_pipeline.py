@@ -368,7 +368,8 @@ def test_every_source_notebook_cell_has_a_unique_id():
 
 TINY_RUNS = Path(__file__).resolve().parents[1] / "tiny_runs.toml"  # shared with benchmarks/gpu_check.py
 TINY_CIRCUIT_RUNS = ["02_masking-ioi-tiny-llama", "02_masking-gender-tiny-llama", "03_head_case_study-tiny-llama",
-                     "06_steering-tiny-llama", "07_circuit_validation-ioi-tiny-llama"]
+                     "06_steering-tiny-llama", "07_circuit_validation-ioi-tiny-llama",
+                     "07_circuit_validation-ioi-tiny-llama-attack-alone"]
 
 
 @pytest.mark.slow
@@ -395,6 +396,10 @@ def test_notebook_02_writes_circuit_files_that_03_06_07_and_the_evaluator_read(t
     assert [n["kind"] for n in validated["nonsense"]] == ["shuffled", "random_tokens"]
     assert [w["control"] for w in validated["weight_controls"]] == ["random-init", "permuted"]
     assert set(validated["verdicts"]) >= {"survives", "task_specific", "weights_matter"}
+    alone = summaries["07_circuit_validation-ioi-tiny-llama-attack-alone"]  # the workshop's shape
+    assert {r["start"] for r in alone["attack_curves"]} == {"rule"} and [s["seed"] for s in alone["seeds"]] == [0]
+    assert alone["nonsense"] == [] and alone["weight_controls"] == [] and alone["seed_jaccards"] == []
+    assert alone["verdicts"]["task_specific"] is None and alone["verdicts"]["weights_matter"] is None
     written = summaries["02_masking-ioi-tiny-llama"]["circuit_files"]
     assert [c["label"] for c in written] == ["ioi-ours-alpha0.000195", "ioi-ours-alpha0.00039", "ioi-ours-alpha0.00078",
                                              "ioi-paper-recipe", "ioi-ours-paper-rule"]

@@ -56,10 +56,10 @@ def test_the_attack_raises_the_kl_where_a_left_out_direction_matters_and_never_m
     model, evaluator = setup()
     ones = FixedMasks.ones(model)
     circuit = FixedMasks({n: (torch.zeros_like(v) if n == "1_ov" else v) for n, v in ones.blocks.items()})
-    curve = adversarial_kl(evaluator, circuit, Attack(checkpoints=(5, 10), step_size=0.2, batch=None, starts=("random",)))
+    curve = adversarial_kl(evaluator, circuit, Attack(checkpoints=(5, 10), step_size=0.2, batch=None, starts=("random",), seed=0))
     assert list(curve["step"]) == [0, 5, 10]
     assert curve["kl"].iloc[-1] > curve["kl"].iloc[0] and curve["best"].iloc[-1] == curve["kl"].max()
-    rule = adversarial_kl(evaluator, circuit, Attack(checkpoints=(5,), step_size=0.2, batch=4, starts=("rule",)))
+    rule = adversarial_kl(evaluator, circuit, Attack(checkpoints=(5,), step_size=0.2, batch=4, starts=("rule",), seed=0))
     assert rule["kl"].iloc[0] == pytest.approx(evaluator.evaluate(circuit)["kl"], rel=1e-6)  # m = 0: the rule
     assert not survives(curve, bound=curve["kl"].iloc[0]) and survives(curve, bound=curve["best"].max())
 
@@ -67,9 +67,9 @@ def test_the_attack_raises_the_kl_where_a_left_out_direction_matters_and_never_m
 def test_the_full_model_has_nothing_to_attack():
     model, evaluator = setup()
     full = FixedMasks.ones(model)
-    curve = adversarial_kl(evaluator, full, Attack(checkpoints=(3,), batch=None))
+    curve = adversarial_kl(evaluator, full, Attack(checkpoints=(3,), step_size=0.05, batch=None, starts=("rule", "random"), seed=0))
     assert curve["kl"].abs().max() < 1e-6
-    assert stochastic_kl(evaluator, full, draws=2)["max"] < 1e-6
+    assert stochastic_kl(evaluator, full, draws=2, seed=0)["max"] < 1e-6
 
 
 def test_stochastic_draws_are_seeded_and_lie_between_the_full_model_and_beyond():
@@ -81,10 +81,12 @@ def test_stochastic_draws_are_seeded_and_lie_between_the_full_model_and_beyond()
 
 
 def test_bad_attack_settings_are_refused():
+    good = dict(checkpoints=(20, 40), step_size=0.05, batch=16, starts=("rule",), seed=0)
+    Attack(**good)
     for bad in (dict(checkpoints=(40, 20)), dict(checkpoints=()), dict(step_size=0), dict(batch=0),
-                dict(starts=("zero",))):
+                dict(starts=("zero",)), dict(starts=())):
         with pytest.raises(ValueError):
-            Attack(**bad)
+            Attack(**{**good, **bad})
 
 
 @pytest.mark.parametrize("kind", ["shuffled", "random_tokens"])
@@ -109,7 +111,9 @@ def test_the_declared_rules_load_and_a_mistyped_key_is_refused(tmp_path):
     from helpers.singular.adversary import ATTACK_RULES, load_attack_rules
 
     rules = load_attack_rules()
-    assert rules["attack"] == Attack() and rules["stochastic_draws"] == 8  # the file declares the defaults
+    assert rules["attack"] == Attack(checkpoints=(20, 40, 80, 160), step_size=0.05, batch=16, starts=("rule", "random"),
+                                     seed=0)  # the values the file declares, its only source
+    assert rules["stochastic_draws"] == 8 and rules["weight_controls"]["min_ratio"] == 1.5
     assert rules["faithful"]["bound"] == 0.21 and rules["task_specific"]["ratio"] == 0.5
     bad = tmp_path / "rules.toml"
     bad.write_text(ATTACK_RULES.read_text().replace("bound = 0.21", "bund = 0.21"))

@@ -278,7 +278,8 @@ def test_sweep_runs_every_check_and_a_negative_control_through_the_same_code(tmp
 
 def test_control_sweeps_run_each_control_fresh_through_the_same_sweep(tmp_path, monkeypatch):
     """The control loop of notebook 04: each control loaded fresh and swept like the real model."""
-    from helpers.tiled.sweep import control_model, control_sweeps, pass_counts_table
+    from helpers.tiled.sites import control_model
+    from helpers.tiled.sweep import control_sweeps, pass_counts_table
 
     monkeypatch.setenv("SVDIRS_CACHE", str(tmp_path))
     sample = sample_tokens(gpt2_tokenizer(), n_tokens=120, max_tokens=16, tokenizer_name="gpt2")

@@ -15,7 +15,7 @@ from helpers.singular.receptors import find_receptors, receptor_statistics
 from helpers.singular.references import kl_to_full
 from helpers.tiled.thresholds import load_thresholds
 from helpers.tiled.verdicts import rule_a, rule_b1, rule_c1
-from helpers.workshop import CRITERIA, circuit_rows
+from helpers.workshop import CRITERIA, attack_rows, circuit_rows
 
 T = load_thresholds()
 EPS = 1e-6
@@ -137,6 +137,14 @@ def test_the_workshop_circuit_ratio_at_its_bound():
     rows = circuit_rows("run", summary)
     assert [r["passed"] for r in rows] == [True, False, False]  # the heaviest α keeps just over half
 
+
+def test_the_workshop_attack_gain_at_its_bound_and_only_for_the_circuits_themselves():
+    gain = CRITERIA["attack_gain"]
+    table = [dict(label="a", circuit="circuit", under_rule_kl=0.1, adversarial_kl=gain * 0.1),
+             dict(label="b", circuit="circuit", under_rule_kl=0.1, adversarial_kl=gain * 0.1 - EPS),
+             dict(label="a", circuit="random", under_rule_kl=2.0, adversarial_kl=2.0)]
+    rows = attack_rows("run", dict(attack_table=table))
+    assert [r["passed"] for r in rows] == [True, False]  # exactly the declared gain counts; the random control is not judged
 
 # --- paper 1: logit receptors ------------------------------------------------------------------------------------
 

@@ -7,9 +7,10 @@ from helpers.singular.adversary import load_attack_rules
 from helpers.singular.masks import FixedMasks, MaskedModel
 from helpers.singular.tasks import ioi_task
 from helpers.singular.training import MaskingRun
-from helpers.singular.validation import (attack_targets, findings, judged, load_weight_rule, scored_masks,
+from helpers.singular.validation import (attack_targets, findings, judged, nonsense_controls, scored_masks,
                                          seed_overlaps, smallest_count_within, specificity, verdict_line,
-                                         weight_control, weights_matter, with_attack_overrides)
+                                         weight_controls, weights_matter, with_attack_overrides)
+from helpers.tiled.sites import control_model
 from tests.conftest import cached_model
 
 
@@ -54,14 +55,16 @@ def test_the_weights_matter_only_when_every_control_needs_the_declared_multiple(
     assert weights_matter(3, {"random-init": 1}, 0.3)  # exact at the boundary: 0.3 × 3 is 0.9000000000000001 in floats
     with pytest.raises(ValueError, match="no kept fraction"):
         weights_matter(None, {"random-init": 300}, 1.5)
-    assert load_weight_rule()["min_ratio"] == 1.5
+    assert load_attack_rules()["weight_controls"]["min_ratio"] == 1.5
 
 
 def test_a_mistyped_weight_rule_or_attack_override_is_refused(tmp_path):
+    from helpers.singular.adversary import ATTACK_RULES
+
     path = tmp_path / "rules.toml"
-    path.write_text('[weight_controls]\nmin_ratio = 1.5\nwhy = "x"\nmin_ration = 2\n')
-    with pytest.raises(ValueError, match="min_ration"):
-        load_weight_rule(path)
+    path.write_text(ATTACK_RULES.read_text().replace("min_ratio = 1.5", "min_ratio = 1.5\nmin_ration = 2"))
+    with pytest.raises(ValueError, match=r"\[weight_controls\].*unknown \['min_ration'\]"):
+        load_attack_rules(path)
     rules = load_attack_rules()
     with pytest.raises(ValueError, match="checkpoint"):
         with_attack_overrides(rules, {"checkpoint": [1]})
@@ -81,14 +84,14 @@ def test_seed_overlaps_are_jaccards_of_kept_sets_by_hand():
 def test_a_weight_control_changes_the_weights_and_every_cache_key_that_names_them():
     real = cached_model("tiny-llama", "fold_norm")
     for control in ("random-init", "permuted"):
-        model = weight_control("tiny-llama", control)
+        model = control_model("tiny-llama", control, "fold_norm")
         assert control in model.weights_source and model.record() != real.record()
         assert model.weights_sha256 != real.weights_sha256
         changed = [name for name, p in model.hf_model.named_parameters()
                    if not torch.equal(p, dict(real.hf_model.named_parameters())[name])]
         assert changed
     with pytest.raises(ValueError, match="random-init"):
-        weight_control("tiny-llama", "shuffled")
+        control_model("tiny-llama", "shuffled")
 
 
 def test_the_binarised_masks_of_a_circuit_file_are_its_kept_set(tmp_path):
@@ -126,7 +129,7 @@ def seven_summary(survives=(True, False), nonsense=(0.1, 0.15), seeds=(0.4, 0.5,
                                    for k, j in zip(("shuffled", "random_tokens"), nonsense)])
     weights = pd.DataFrame([dict(control=c, at_bound_kept=k, at_bound_kept_fraction=None if k is None else k / 1000,
                                  at_bound_kl=None if k is None else 0.1) for c, k in zip(("random-init", "permuted"), controls)])
-    verdicts = judged(attack, seed_table, jaccards, nonsense_table, weights, rules, load_weight_rule())
+    verdicts = judged(attack, seed_table, jaccards, nonsense_table, weights, rules)
     return dict(task="ioi", verdicts=verdicts, attack_table=attack.to_dict("records"), seeds=seed_table.to_dict("records"),
                 seed_jaccards=jaccards, nonsense=nonsense_table.to_dict("records"),
                 weight_controls=weights.astype(object).where(weights.notna(), None).to_dict("records"))
@@ -162,3 +165,21 @@ def test_the_count_within_the_bound_is_found_by_bisection_and_a_kl_at_the_bound_
     assert 37 <= coarse < 37 + 100 and kl_of(coarse) <= 0.21
     assert smallest_count_within(lambda n: 0.0, 100, 0.21) == 0  # nothing needed at all
     assert smallest_count_within(lambda n: 0.0 if n == 100 else 1.0, 100, 0.21) == 100  # only the full model
+
+
+def test_the_attack_alone_leaves_every_control_table_empty_but_readable_and_every_other_verdict_untested():
+    """The workshop size: one seed, no nonsense, no weight control; the tables keep their columns (the
+    notebook displays them), and the verdicts they would give are "not tested", never a vacuous yes."""
+    nonsense = nonsense_controls(None, None, None, None, [], None, 0.21)
+    weights = weight_controls("tiny-llama", "fold_norm", None, None, None, [], 0.21)
+    assert nonsense.empty and {"kind", "jaccard_with_task", "at_bound_kept_fraction", "at_bound_kl"} <= set(nonsense.columns)
+    assert weights.empty and {"control", "at_bound_kept", "at_bound_kept_fraction", "at_bound_kl"} <= set(weights.columns)
+    summary = seven_summary()
+    attack = pd.DataFrame(summary["attack_table"])
+    seed_table = pd.DataFrame(summary["seeds"])
+    verdicts = judged(attack, seed_table, summary["seed_jaccards"], nonsense, weights, load_attack_rules())
+    assert verdicts["task_specific"] is None and verdicts["weights_matter"] is None
+    assert verdicts["survives"] == summary["verdicts"]["survives"]
+    alone = dict(summary, verdicts=verdicts, seed_jaccards=[], nonsense=[], weight_controls=[])
+    assert "task-specific: not tested" in verdict_line(alone)
+    assert "matter to the kept fraction?** not tested." in findings(alone)

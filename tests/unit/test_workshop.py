@@ -16,6 +16,9 @@ B = {"profile": "workshop", "layers": [3, 9, 15], "pass_rates": {
     "attn.o B1": {"model": 2 / 3, "permuted": 0.0, "random-init": 1 / 3, "uninformative": False},
     "mlp.down B1": {"model": 1.0, "permuted": 0.0, "random-init": 0.0, "uninformative": False},
     "attn.o A1": {"model": 1.0, "permuted": 1.0, "random-init": 1.0, "uninformative": True}}}
+ATTACK = {"profile": "workshop", "attack_table": [
+    {"label": "ioi-a", "circuit": "circuit", "under_rule_kl": 0.1, "adversarial_kl": 0.5},
+    {"label": "ioi-a", "circuit": "random", "under_rule_kl": 2.0, "adversarial_kl": 2.5}]}
 
 
 def write(folder, summaries):
@@ -25,8 +28,9 @@ def write(folder, summaries):
     return folder
 
 
-def runs(circuits=CIRCUITS, receptors=RECEPTORS, b=B):
-    return {"02_masking-ioi-m": circuits, "06_steering-m": receptors, "04_tiled_svd-g": b}
+def runs(circuits=CIRCUITS, receptors=RECEPTORS, b=B, attack=ATTACK):
+    return {"02_masking-ioi-m": circuits, "06_steering-m": receptors, "04_tiled_svd-g": b,
+            "07_circuit_validation-ioi-m": attack}
 
 
 def test_b1_passes_are_counted_over_the_layers_run():
@@ -35,7 +39,7 @@ def test_b1_passes_are_counted_over_the_layers_run():
 
 def test_every_criterion_met(tmp_path):
     table = check(write(tmp_path, runs()))
-    assert table["passed"].all() and len(table) == 2 + 1 + 4 + 2
+    assert table["passed"].all() and len(table) == 2 + 1 + 4 + 1 + 2
     assert main(["--figures", str(tmp_path)]) == 0
 
 
@@ -56,6 +60,7 @@ def broken(path, value):
     (("06_steering-m", "flip_rate", "direct", "random", "5.0"), 65.0, "direct: receptors − random"),
     (("04_tiled_svd-g", "pass_rates", "mlp.down B1", "random-init"), 1.0, "model − random-init"),
     (("04_tiled_svd-g", "profile"), None, "summary of a workshop run"),
+    (("07_circuit_validation-ioi-m", "attack_table", 0, "adversarial_kl"), 0.19, "ioi-a: KL under attack"),
 ])
 def test_each_broken_criterion_fails_alone(tmp_path, path, value, failing):
     table = check(write(tmp_path, broken(path, value)))
