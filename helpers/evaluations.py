@@ -9,7 +9,8 @@ reused only if the circuit's sha256, the evaluator's settings, its source code a
 all match. Then ``figures/evaluations/table.md`` lists one line per circuit. ``--check`` writes nothing:
 it names every report that is missing or stale and exits 1 if there is one. ``--adversarial``: every report
 must also hold the circuit under the declared attack (``python -m helpers.evaluate --adversarial``); a report
-that holds it stays current without the option.
+that holds it stays current without the option. A circuit file with the same bytes as one whose report is
+current gets that report's numbers under its own name, unscored again: a report depends on nothing else.
 
 The evaluator's own defaults are used: 96 fresh prompts from the training seed + 1, three random controls,
 and the signed ranking.
@@ -113,6 +114,33 @@ def report_state(figures: Path, run: str, circuit: Path, recorded_sha256: str, e
     if saved.get("inputs_digest") != inputs_digest(sha, evaluators[attacked]):
         return "stale", f"{path}: the evaluator's code, settings or packages changed since it was written"
     return "current", ""
+
+
+def twin_report(figures: Path, circuits: list[tuple[str, Path, str]], run: str, circuit: Path,
+                evaluators: dict[bool, bytes], adversarial: bool = False) -> Path | None:
+    """The current report of another committed circuit file with the same bytes as ``circuit``, or None.
+    A report depends only on the circuit's bytes and ``evaluator_inputs`` (``inputs_digest``): the file's path
+    is a label, so the twin's numbers are this file's."""
+    sha = sha256_file(circuit)
+    for other_run, other, recorded in circuits:
+        if (other_run, other) != (run, circuit) and recorded == sha and \
+                report_state(figures, other_run, other, recorded, evaluators, adversarial)[0] == "current":
+            return report_path(figures, other_run, other)
+    return None
+
+
+def copy_twin_report(twin: Path, figures: Path, run: str, circuit: Path) -> Path:
+    """Write ``twin``'s report (json and printed table) as ``circuit``'s, naming ``circuit`` as the file scored
+    and the twin's file under ``same_bytes_as``."""
+    saved = json.loads(twin.read_text())
+    twin_file, text = saved["file"], twin.with_suffix(".txt").read_text()
+    if not text.startswith(f"{twin_file}: "):
+        raise ValueError(f"{twin.with_suffix('.txt')} does not open with its circuit {twin_file}; score "
+                         f"{circuit} itself (python -m helpers.evaluations --only {circuit.stem})")
+    path = report_path(figures, run, circuit)
+    atomic_write_text(path.with_suffix(".txt"), str(circuit) + text[len(twin_file):])
+    atomic_write_json(path, {**saved, "file": str(circuit), "same_bytes_as": twin_file})
+    return path
 
 
 def markdown(rows: list[dict]) -> str:
@@ -230,6 +258,10 @@ def main(argv: list[str] | None = None) -> int:
             problems.append(why)
             print(f"{step}: {state}: {why}")
             continue
+        elif (twin := twin_report(figures, circuits, run, circuit, evaluators, args.adversarial)) is not None:
+            path = copy_twin_report(twin, figures, run, circuit)
+            print(f"{step}: {state} ({why}); the same bytes as the circuit of {twin}, which is current: wrote {path} "
+                  f"from it", flush=True)
         else:
             print(f"{step}: {state} ({why}); scoring", flush=True)
             start = time.time()

@@ -175,6 +175,8 @@ MUTANTS = [  # (file, original text, mutated text, tests to run, what the mutant
  ('helpers/singular/validation.py', '                       if nonsense_jaccards and seed_jaccards else None),', '                       if nonsense_jaccards or seed_jaccards else None),', 'tests/unit/test_validation.py', 'task-specificity judged without a nonsense circuit (the attack alone)'),
  ('helpers/singular/validation.py', '                        if controls and task_kept is not None else None))', '                        if task_kept is not None else None))', 'tests/unit/test_validation.py', 'the weights judged to matter with no weight control (the attack alone)'),
  ('helpers/workshop.py', 'r["adversarial_kl"] >= criteria["attack_gain"] * r["under_rule_kl"]', 'r["adversarial_kl"] > criteria["attack_gain"] * r["under_rule_kl"]', 'tests/unit/test_rule_boundaries.py', 'a circuit exactly at the workshop attack gain counted as not breaking'),
+ ('helpers/evaluations.py', '        if (other_run, other) != (run, circuit) and recorded == sha and \\\n', '        if (other_run, other) != (run, circuit) and \\\n', 'tests/unit/test_evaluations.py', "another circuit's report copied whatever its bytes"),
+ ('helpers/evaluations.py', '                report_state(figures, other_run, other, recorded, evaluators, adversarial)[0] == "current":', '                report_state(figures, other_run, other, recorded, evaluators, adversarial)[0] != "circuit changed":', 'tests/unit/test_evaluations.py', "a twin's stale report copied"),
 ]
 
 

@@ -1,5 +1,6 @@
 """The committed evaluator reports: written once per circuit file, reused only while current, and present and
 current for every circuit file the committed figures hold."""
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -8,7 +9,7 @@ import pytest
 
 from helpers import evaluations
 from helpers.core.cache import sha256_file
-from helpers.singular.circuit_files import save_circuit
+from helpers.singular.circuit_files import load_circuit, save_circuit
 from tests.unit.test_circuit_files import trained_circuit
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,6 +72,44 @@ def test_adversarial_reports_carry_the_attack_and_stay_current_without_the_optio
     assert evaluations.main(["--figures", str(figures), "--adversarial", "--check"]) == 0
     short.write_text(short.read_text().replace("checkpoints = [2, 4]", "checkpoints = [2, 5]"))  # other rules: stale
     assert evaluations.main(["--figures", str(figures), "--adversarial", "--check"]) == 1
+
+
+def test_a_circuit_file_with_the_same_bytes_as_a_scored_one_takes_its_report_under_its_own_name(
+        tmp_path, monkeypatch, capsys):
+    import helpers.evaluate
+
+    monkeypatch.setattr(evaluations, "SETTINGS", SMALL)
+    figures, circuit = figures_with_a_circuit(tmp_path)
+    copy = figures / "02_masking-ioi-paper-budget" / "circuits" / circuit.name  # sorts before the first run
+    copy.parent.mkdir(parents=True)
+    copy.write_bytes(circuit.read_bytes())
+    (copy.parents[1] / "summary.json").write_text((circuit.parents[1] / "summary.json").read_text())
+    loaded = load_circuit(circuit)  # a third run, same label, other bytes (its scores halved): no twin
+    other = save_circuit(dataclasses.replace(loaded, scores={k: v / 2 for k, v in loaded.scores.items()}),
+                         figures / "02_masking-ioi-zz-other" / "circuits" / circuit.name)
+    (other.parents[1] / "summary.json").write_text(json.dumps(dict(circuit_files=[dict(file=other.name,
+                                                                                        sha256=sha256_file(other))])))
+    calls, scoring = [], helpers.evaluate.evaluate_file
+    monkeypatch.setattr(helpers.evaluate, "evaluate_file", lambda path, *a, **k: calls.append(path) or scoring(path, *a, **k))
+    assert evaluations.main(["--figures", str(figures)]) == 0
+    assert calls == [copy, other]  # the first in run order is scored, its twin is not; other bytes are
+    first, second = (evaluations.report_path(figures, p.parents[1].name, p) for p in (copy, circuit))
+    scored, reused = json.loads(first.read_text()), json.loads(second.read_text())
+    assert reused.pop("file") == str(circuit) and reused.pop("same_bytes_as") == scored.pop("file") == str(copy)
+    assert reused == scored
+    assert second.with_suffix(".txt").read_text() == first.with_suffix(".txt").read_text().replace(str(copy), str(circuit), 1)
+    assert second.with_suffix(".txt").read_text().startswith(f"{circuit}: ")
+    assert evaluations.main(["--figures", str(figures), "--check"]) == 0  # both current
+    assert "the same bytes as" in capsys.readouterr().out
+
+    second.unlink()  # a twin whose report is stale is no twin: it is scored again, then copied
+    first.write_text(json.dumps({**json.loads(first.read_text()), "inputs_digest": "stale"}))
+    evaluators = {mode: evaluations.evaluator_inputs("cpu", mode) for mode in (False, True)}
+    circuits = evaluations.committed_circuits(figures)
+    assert evaluations.twin_report(figures, circuits, circuit.parents[1].name, circuit, evaluators) is None
+    calls.clear()
+    assert evaluations.main(["--figures", str(figures)]) == 0
+    assert calls == [copy] and json.loads(second.read_text())["same_bytes_as"] == str(copy)
 
 
 def test_a_circuit_file_that_is_not_the_one_its_run_recorded_is_refused(tmp_path, monkeypatch, capsys):
