@@ -116,12 +116,11 @@ def report_state(figures: Path, run: str, circuit: Path, recorded_sha256: str, e
     return "current", ""
 
 
-def twin_report(figures: Path, circuits: list[tuple[str, Path, str]], run: str, circuit: Path,
+def twin_report(figures: Path, circuits: list[tuple[str, Path, str]], run: str, circuit: Path, sha: str,
                 evaluators: dict[bool, bytes], adversarial: bool = False) -> Path | None:
-    """The current report of another committed circuit file with the same bytes as ``circuit``, or None.
-    A report depends only on the circuit's bytes and ``evaluator_inputs`` (``inputs_digest``): the file's path
-    is a label, so the twin's numbers are this file's."""
-    sha = sha256_file(circuit)
+    """The current report of another committed circuit file with ``circuit``'s bytes (``sha``, as
+    ``report_state`` verified it), or None. A report depends only on the circuit's bytes and
+    ``evaluator_inputs`` (``inputs_digest``): the file's path is a label, so the twin's numbers are this file's."""
     for other_run, other, recorded in circuits:
         if (other_run, other) != (run, circuit) and recorded == sha and \
                 report_state(figures, other_run, other, recorded, evaluators, adversarial)[0] == "current":
@@ -258,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
             problems.append(why)
             print(f"{step}: {state}: {why}")
             continue
-        elif (twin := twin_report(figures, circuits, run, circuit, evaluators, args.adversarial)) is not None:
+        elif (twin := twin_report(figures, circuits, run, circuit, recorded, evaluators, args.adversarial)) is not None:
             path = copy_twin_report(twin, figures, run, circuit)
             print(f"{step}: {state} ({why}); the same bytes as the circuit of {twin}, which is current: wrote {path} "
                   f"from it", flush=True)

@@ -106,7 +106,8 @@ def test_a_circuit_file_with_the_same_bytes_as_a_scored_one_takes_its_report_und
     first.write_text(json.dumps({**json.loads(first.read_text()), "inputs_digest": "stale"}))
     evaluators = {mode: evaluations.evaluator_inputs("cpu", mode) for mode in (False, True)}
     circuits = evaluations.committed_circuits(figures)
-    assert evaluations.twin_report(figures, circuits, circuit.parents[1].name, circuit, evaluators) is None
+    assert evaluations.twin_report(figures, circuits, circuit.parents[1].name, circuit,
+                                    sha256_file(circuit), evaluators) is None
     calls.clear()
     assert evaluations.main(["--figures", str(figures)]) == 0
     assert calls == [copy] and json.loads(second.read_text())["same_bytes_as"] == str(copy)
