@@ -177,6 +177,7 @@ MUTANTS = [  # (file, original text, mutated text, tests to run, what the mutant
  ('helpers/workshop.py', 'r["adversarial_kl"] >= criteria["attack_gain"] * r["under_rule_kl"]', 'r["adversarial_kl"] > criteria["attack_gain"] * r["under_rule_kl"]', 'tests/unit/test_rule_boundaries.py', 'a circuit exactly at the workshop attack gain counted as not breaking'),
  ('helpers/evaluations.py', '        if (other_run, other) != (run, circuit) and recorded == sha and \\\n', '        if (other_run, other) != (run, circuit) and \\\n', 'tests/unit/test_evaluations.py', "another circuit's report copied whatever its bytes"),
  ('helpers/evaluations.py', '                report_state(figures, other_run, other, recorded, evaluators, adversarial)[0] == "current":', '                report_state(figures, other_run, other, recorded, evaluators, adversarial)[0] != "circuit changed":', 'tests/unit/test_evaluations.py', "a twin's stale report copied"),
+ ('helpers/evaluations.py', '    if not text.startswith(f"{twin_file}: "):', '    if False:', 'tests/unit/test_evaluations.py', "a hand-edited twin's printed table copied under another file's name"),
 ]
 
 

@@ -113,6 +113,22 @@ def test_a_circuit_file_with_the_same_bytes_as_a_scored_one_takes_its_report_und
     assert calls == [copy] and json.loads(second.read_text())["same_bytes_as"] == str(copy)
 
 
+def test_a_twin_report_whose_printed_table_names_another_file_is_not_copied(tmp_path):
+    figures = tmp_path / "figures"
+    twin_circuit, circuit = (figures / run / "circuits" / "ioi-test.safetensors" for run in ("02_a", "02_b"))
+    twin = evaluations.report_path(figures, "02_a", twin_circuit)
+    twin.parent.mkdir(parents=True)
+    twin.write_text(json.dumps(dict(file=str(twin_circuit), kl=0.1)))
+    twin.with_suffix(".txt").write_text(f"{figures}/02_c/circuits/ioi-test.safetensors: kl 0.1\n")  # edited by hand
+    with pytest.raises(ValueError, match="does not open with its circuit"):
+        evaluations.copy_twin_report(twin, figures, "02_b", circuit)
+    assert not evaluations.report_path(figures, "02_b", circuit).exists()
+    twin.with_suffix(".txt").write_text(f"{twin_circuit}: kl 0.1\n")  # as the evaluator prints it: copied
+    copied = evaluations.copy_twin_report(twin, figures, "02_b", circuit)
+    assert copied.with_suffix(".txt").read_text() == f"{circuit}: kl 0.1\n"
+    assert json.loads(copied.read_text()) == dict(file=str(circuit), kl=0.1, same_bytes_as=str(twin_circuit))
+
+
 def test_a_circuit_file_that_is_not_the_one_its_run_recorded_is_refused(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(evaluations, "SETTINGS", SMALL)
     figures, circuit = figures_with_a_circuit(tmp_path)
