@@ -11,6 +11,8 @@ import tomllib
 from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 
+from helpers.feasibility import identities_reach, sparsity_reach
+
 ROOT = Path(__file__).resolve().parents[1]
 RULES_FILE = ROOT / "data" / "verdict_rules.toml"
 
@@ -18,8 +20,9 @@ REPRODUCED = "reproduced"
 NOT_REPRODUCED = "not reproduced"
 PAPER_RULE_ONLY = "holds only under the paper's rule"
 UNINFORMATIVE = "uninformative: a control passes too"
+DECIDED = "uninformative: decided by"  # the rule's other outcome was out of reach (helpers.feasibility)
 NOT_TESTABLE = "not testable here"
-VERDICTS = (REPRODUCED, NOT_REPRODUCED, PAPER_RULE_ONLY, UNINFORMATIVE, NOT_TESTABLE)
+VERDICTS = (REPRODUCED, NOT_REPRODUCED, PAPER_RULE_ONLY, UNINFORMATIVE, DECIDED, NOT_TESTABLE)
 
 RUNS = {
     "identities": ("01_augmented_matrices-smollm2-135m", "01_augmented_matrices-gemma-3-270m"),
@@ -28,6 +31,7 @@ RUNS = {
     "receptors": "06_steering-smollm2-135m", "tiled": "04_tiled_svd-gemma-3-270m",
     "coverage": "05_coverage_curves-gemma-3-270m",
 }
+VALIDATION_RUNS = {task: f"07_circuit_validation-{task}-smollm2-135m" for task in ("ioi", "gender", "greater_than")}
 TASK_NAMES = {"ioi": "IOI", "gender": "gender pronoun", "greater_than": "greater-than"}
 SUBSTITUTE = "our model stands in for the paper's"
 
@@ -180,20 +184,40 @@ def check_verdict(ours: CheckRates | None, paper: CheckRates | None, rules: dict
 # --- the claims, read from the summaries ------------------------------------------------------------------
 
 def identities_claim(summaries: dict, rules: dict) -> Claim:
-    """From the summaries of notebook 01 (run name → summary), one per model."""
+    """From the summaries of notebook 01 (run name → summary), one per model. Each also checks the identities on
+    GPT-2 small's shapes with random weights and non-zero biases (``biased_control``), and a planted misfold
+    that drops every bias row: the verdict can say "no" only where that misfold fails."""
     claim = "Biases fold into augmented QK, OV and MLP matrices exactly (GPT-2 small)"
     runs = [run for run, summary in summaries.items() if summary]
     if not runs:
         return _missing(1, claim, RUNS["identities"][0], "identities")
-    errors = {summaries[run]["model"]: summaries[run]["worst_identity_error"] for run in runs}
+    if any("largest_bias" not in summaries[run] for run in runs):
+        return Claim(1, claim, "", "", "", f"{NOT_TESTABLE}: rerun notebook 01 (its summary predates the bias check: "
+                     f"`python -m helpers.pipeline --only {' '.join(runs)}`)", "",
+                     ", ".join(_notebook(run) for run in runs), key="identities")
+    bound = rules["identities"]["max_relative_error"]
+    models = {summaries[run]["model"]: summaries[run] for run in runs}
+    for summary in list(models.values()):
+        control = summary.get("biased_control")
+        if control:
+            models[control["model"]] = control
+    errors = {model: s["worst_identity_error"] for model, s in models.items()}
+    reach = identities_reach({model: max(s["largest_bias"].values()) for model, s in models.items()},
+                             {model: s["misfolded_ov_error"] for model, s in models.items()}, bound)
     ours = "worst relative error " + ", ".join(f"{e:.1e} ({model})" for model, e in errors.items())
+    misfolds = {model: s["misfolded_ov_error"] for model, s in models.items() if max(s["largest_bias"].values()) > 0}
+    control = ("bias rows dropped (a planted misfold): " + ", ".join(f"{e:.2f} ({m})" for m, e in misfolds.items())
+               + f"; bound {bound:g}") if misfolds else f"bound declared in notebook 01: {bound:g}"
     first = summaries[runs[0]]
     below = 1 - first["fraction_above_noise_floor"]["qk"]
+    bias_free = sorted(s["model"] for s in summaries.values() if s and max(s["largest_bias"].values()) == 0)
     caveat = (f"the embedded weights are quantized: {_percent(below)} of {first['model']}'s QK directions lie "
               "below the quantization noise floor")
-    return Claim(1, claim, "", ours,
-                 f"bound declared in notebook 01: {rules['identities']['max_relative_error']:g}",
-                 identity_verdict(list(errors.values()), rules), caveat,
+    if bias_free:
+        caveat = (f"{' and '.join(bias_free)} {'have' if len(bias_free) > 1 else 'has'} no bias, so on "
+                  f"{'them' if len(bias_free) > 1 else 'it'} the "
+                  f"identities test only the bias-free terms; {caveat}")
+    return Claim(1, claim, "", ours, control, reach.say(identity_verdict(list(errors.values()), rules)), caveat,
                  ", ".join(_notebook(run) for run in runs), key="identities")
 
 
@@ -215,8 +239,31 @@ def _next_sparser(summary: dict, point: dict) -> dict | None:
     return max(sparser, key=lambda p: (size(p), -p["kl"])) if sparser else None
 
 
-def sparsity_claim(task: str, summary: dict | None, rules: dict, run: str | None = None) -> Claim:
-    """From one summary of notebook 02 on ``task``."""
+def _pruning_words(summary: dict) -> str | None:
+    """Whether the default α's training was still pruning at its last step, from the share of masks it kept
+    (above one half) that notebook 02 records at its last step and ``steps`` before (None where the run does not
+    record it)."""
+    pruning = summary.get("pruning_at_end")
+    if not pruning:
+        return None
+    trend = "still pruning at its last step" if pruning["after"] < pruning["before"] else "no longer pruning"
+    return (f"training {trend} (kept share {_percent(pruning['before'])} → {_percent(pruning['after'])} over its last "
+            f"{pruning['steps']} steps)")
+
+
+def _seed_words(validation: dict | None) -> str | None:
+    """How far circuits of different training seeds agree, from notebook 07's seed spread (None without it)."""
+    jaccards = [j["jaccard"] for j in (validation or {}).get("seed_jaccards") or []]
+    if not jaccards:
+        return None
+    spread = f"{min(jaccards):.2f}" if f"{min(jaccards):.2f}" == f"{max(jaccards):.2f}" else \
+        f"{min(jaccards):.2f}–{max(jaccards):.2f}"
+    return f"circuits of {len(validation['seeds'])} training seeds overlap by Jaccard {spread} (notebook 07)"
+
+
+def sparsity_claim(task: str, summary: dict | None, rules: dict, run: str | None = None,
+                   validation: dict | None = None) -> Claim:
+    """From one summary of notebook 02 on ``task``, and notebook 07's on the same task for the seed spread."""
     run = run or RUNS[task]
     paper_fraction = rules["sparsity"]["paper_kept_fraction"].get(task)
     bound = rules["sparsity"]["paper_kl"]
@@ -244,8 +291,11 @@ def sparsity_claim(task: str, summary: dict | None, rules: dict, run: str | None
     if paper_fraction is None:
         verdict = f"{NOT_TESTABLE}: paper 1 gives no number for this task"
     else:
-        verdict = sparsity_verdict(point, paper_rule if paper_rule and paper_rule["kl"] <= bound else None,
-                                   paper_fraction, rules)
+        evaluated = [p["kept_fraction"] for p in (summary.get("curve") or []) + (summary.get("alpha_sweep") or [])
+                     + ([paper_rule] if paper_rule else [])]
+        reach = sparsity_reach(evaluated, rules["sparsity"]["kept_factor"] * paper_fraction)
+        verdict = reach.say(sparsity_verdict(point, paper_rule if paper_rule and paper_rule["kl"] <= bound else None,
+                                             paper_fraction, rules))
     nxt = _next_sparser(summary, point) if point else None
     grid = len(summary.get("alpha_sweep") or [])
     caveat = f"a {grid}-point α grid"
@@ -253,7 +303,7 @@ def sparsity_claim(task: str, summary: dict | None, rules: dict, run: str | None
         caveat += f" (next sparser: {_percent(nxt['kept_fraction'])} at KL {nxt['kl']:.2f})"
     elif point:
         caveat += " (no sparser circuit was trained)"
-    caveat += "; training still pruning at its last step; circuits differ between seeds (Jaccard 0.35–0.64)"
+    caveat = "; ".join(part for part in (caveat, _pruning_words(summary), _seed_words(validation)) if part)
     return Claim(1, claim, recipe_cell, ours, control, verdict, caveat, _notebook(run), key=f"sparsity/{task}")
 
 
@@ -382,7 +432,8 @@ def all_claims(summaries: dict, rules: dict | None = None) -> list[Claim]:
     """Every claim, paper 1 then paper 2, from ``summaries`` (run name → summary dict)."""
     rules = rules or load_rules()
     return [identities_claim({run: summaries.get(run) for run in RUNS["identities"]}, rules),
-            *(sparsity_claim(task, summaries.get(RUNS[task]), rules) for task in TASK_NAMES),
+            *(sparsity_claim(task, summaries.get(RUNS[task]), rules, validation=summaries.get(VALIDATION_RUNS[task]))
+              for task in TASK_NAMES),
             *subfunction_claims(summaries.get(RUNS["head"]), rules), receptor_claim(summaries.get(RUNS["receptors"]), rules),
             tiled_claim(summaries.get(RUNS["tiled"]), rules),
             *check_claims(summaries.get(RUNS["tiled"]), summaries.get(RUNS["coverage"]), rules)]

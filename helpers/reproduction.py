@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from helpers.claims import RULES_FILE, UNINFORMATIVE, Claim, all_claims, load_rules
+from helpers.claims import DECIDED, NOT_TESTABLE, RULES_FILE, UNINFORMATIVE, Claim, all_claims, load_rules
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFEST = ROOT / "figures" / "manifest.json"
@@ -114,6 +114,12 @@ def results_page(manifest: dict, rules_file: Path = RULES_FILE) -> str:
             "model's answers most, trains the same recipe on nonsense prompts and on untrained weights, and judges "
             "each by the rules of [`data/circuit_attack.toml`](data/circuit_attack.toml), declared before its first "
             "run.", "", circuit_checks(summaries), ""]
+    out += ["## Can each verdict say yes?", "",
+            "A verdict means something only if it could have come out the other way. For each rule: a case where its "
+            "answer is known to be yes, a case where it is known to be no, and whether both outcomes were reachable "
+            "at the sizes of the runs above (a rule whose outcome the sizes of the sets it compares already fix is "
+            "printed \"uninformative: decided by …\"). A rule without a known-yes case has not yet been shown able to "
+            "say yes.", "", verdict_reach(summaries, claims), ""]
     out += ["## The runs behind these numbers", "",
             "Wall time of each run's last regeneration (`figures/manifest.json`). A run whose masks came from the "
             "cache took less than one that trained them.", "",
@@ -144,21 +150,120 @@ def _run_link(name: str) -> str:
     return f"[{name}](figures/{name}/notebook.ipynb)"
 
 
+def _validation_run(summaries: dict, task: str) -> str | None:
+    return next((n for n, s in summaries.items() if s and n.startswith("07_circuit_validation-") and s.get("task") == task),
+                None)
+
+
+def rejudged(summaries: dict, run: str) -> dict:
+    """A notebook-07 run's verdicts, judged again from its summary's rows under today's rules (the model's
+    number of directions from the summary, or from the notebook-02 run its circuits came from)."""
+    from helpers.singular.adversary import load_attack_rules
+    from helpers.singular.validation import judged_from_summary
+
+    summary = summaries[run]
+    rules = load_attack_rules()
+    if summary.get("attack_variant"):
+        from helpers.singular.validation import with_attack_overrides
+        rules = with_attack_overrides(rules, summary["attack_variant"])
+    source = summaries.get((summary.get("circuits_from") or {}).get("run")) or {}
+    return judged_from_summary(summary, rules, source.get("total_directions"))
+
+
+def attack_calibration(summaries: dict) -> str:
+    """Whether the adversary has ever let a circuit that leaves a direction out hold its bound, over every
+    notebook-07 run: until one does, "does not survive" cannot be told apart from an attack that breaks
+    anything."""
+    rows = [r for s in summaries.values() if s and s.get("attack_table") for r in s["attack_table"]
+            if r["kept_fraction"] < 1]
+    if not rows:
+        return "No circuit that leaves a direction out has been attacked yet."
+    held = [r for r in rows if r["survives"]]
+    largest = max(r["adversarial_kl"] for r in rows)
+    if held:
+        return (f"{len(held)} of the {len(rows)} attacked circuits that leave directions out hold the bound, so the "
+                "attack can say yes.")
+    return (f"**None of the {len(rows)} attacked circuits that leave directions out holds the bound** (circuits and their "
+            f"random controls; largest KL up to {largest:.0f}), and no circuit known to be complete (a planted "
+            "mechanism) has been attacked yet: \"does not survive\" cannot yet be told apart from an attack that "
+            "breaks any circuit.")
+
+
 def circuit_checks(summaries: dict) -> str:
-    """One line per task of paper 1: does notebook 02's circuit survive notebook 07's adversary, and is it
-    task-specific (``helpers.singular.validation.verdict_line``); a task whose run is not in the manifest says so."""
+    """One line per task of paper 1: does notebook 02's circuit survive notebook 07's adversary, is it
+    task-specific, do the trained weights matter (``helpers.singular.validation.verdict_line``, judged again under
+    today's rules by ``rejudged``); then whether the attack has ever let a circuit pass. A task whose run is not in
+    the manifest says so."""
     from helpers.singular.validation import verdict_line
 
     lines = []
     for task, name in VALIDATION_TASKS:
-        run = next((n for n, s in summaries.items() if s and n.startswith("07_circuit_validation-")
-                    and s.get("task") == task), None)
+        run = _validation_run(summaries, task)
         if run is None:
             lines.append(f"- **{name}:** not run yet (`python -m helpers.pipeline --only "
                          f"07_circuit_validation-{task}-smollm2-135m`).")
         else:
-            lines.append(f"- **{name}:** {verdict_line(summaries[run])}. Shown in {_run_link(run)}.")
-    return "\n".join(lines)
+            lines.append(f"- **{name}:** {verdict_line(summaries[run], rejudged(summaries, run))}. "
+                         f"Shown in {_run_link(run)}.")
+    return "\n".join(lines) + "\n\n" + attack_calibration(summaries)
+
+
+NO_PLANT = "none yet: no planted mechanism"
+
+
+def _reach_words(verdict: str) -> str:
+    if verdict.startswith(NOT_TESTABLE):
+        return "not run"
+    return "no: " + verdict.removeprefix(DECIDED + " ") if verdict.startswith(DECIDED) else "yes"
+
+
+def verdict_reach(summaries: dict, claims: list[Claim]) -> str:
+    """The section "Can each verdict say yes?": one row per verdict rule, with the case where its answer is known
+    to be yes (a planted mechanism) and its outcome, the case known to be no and its outcome, and whether both
+    outcomes were reachable at the runs' own sizes (``helpers.feasibility``)."""
+    rows = ["| Verdict rule | Known yes: case, outcome | Known no: case, outcome | Both outcomes reachable at the run's sizes |",
+            "|---|---|---|---|"]
+    identities, = claims_under(claims, "identities")
+    ones = [s for n, s in summaries.items() if s and n.startswith("01_augmented_matrices-") and "biased_control" in s]
+    if ones:
+        control = ones[0]["biased_control"]
+        bound = load_rules()["identities"]["max_relative_error"]
+        rows.append(f"| Identities (01) | {control['model']}: worst error {control['worst_identity_error']:.1e}, "
+                    f"{'holds' if control['worst_identity_error'] < bound else 'fails'} | the same with every bias row "
+                    f"dropped (a planted misfold): error {control['misfolded_ov_error']:.2f}, "
+                    f"{'fails' if control['misfolded_ov_error'] >= bound else 'holds'} | {_reach_words(identities.verdict)} |")
+    else:
+        rows.append(f"| Identities (01) | not run | not run | {_reach_words(identities.verdict)} |")
+    ioi, = claims_under(claims, "sparsity/ioi")
+    rows.append(f"| Sparse circuit within the KL bound (02) | {NO_PLANT} | {ioi.control or 'not run'} "
+                f"| {_reach_words(ioi.verdict)} |")
+    runs = {task: _validation_run(summaries, task) for task, _ in VALIDATION_TASKS}
+    judged = {task: rejudged(summaries, run) for task, run in runs.items() if run}
+    if judged:
+        randoms = [r for task, run in runs.items() if run for r in summaries[run]["attack_table"] if r["circuit"] == "random"]
+        rows.append(f"| Survives the attack (07) | {NO_PLANT} | same-count random circuits: "
+                    f"{sum(not r['survives'] for r in randoms)} of {len(randoms)} fail | unknown: "
+                    f"{'no circuit leaving a direction out has held the bound' if not any(r['survives'] for s in judged for r in summaries[runs[s]]['attack_table'] if r['kept_fraction'] < 1) else 'some circuit held it'} |")
+
+        def per_task(key):
+            return "; ".join(f"{name}: " + ("not judged" if judged[task][key] is None else
+                                             ("yes" if (judged[task][key + "_reach"] or {}).get("decided_by", "") == ""
+                                              else "no, decided by set sizes"))
+                             for task, name in VALIDATION_TASKS if task in judged)
+        rows.append(f"| Task-specific (07) | {NO_PLANT} | nonsense prompts (the rule's own comparison) | {per_task('task_specific')} |")
+        rows.append(f"| Trained weights matter (07) | {NO_PLANT} | untrained weights (the rule's own comparison) | "
+                    f"{per_task('weights_matter')} |")
+    receptors, = claims_under(claims, "receptors")
+    rows.append(f"| Logit receptors flip the pronoun (06) | {NO_PLANT} | {receptors.control or 'not run'} | "
+                f"{_reach_words(receptors.verdict)} |")
+    subfunctions = claims_under(claims, "subfunction")
+    rows.append(f"| A head's subfunctions (03) | {NO_PLANT} | the control head: "
+                + ("; ".join(f"{c.item}: {c.control.removeprefix('control head ')}" for c in subfunctions) or "not run")
+                + " | not checked |")
+    mounts, = claims_under(claims, "mounts")
+    rows.append(f"| Paper 2's checks A, B, C (04) | {NO_PLANT} | {mounts.control or 'not run'} | "
+                f"{_reach_words(mounts.verdict)} |")
+    return "\n".join(rows)
 
 
 def paper_budget(summaries: dict, rules: dict | None = None) -> str | None:

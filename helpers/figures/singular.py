@@ -32,24 +32,34 @@ def plot_spectra(spectra, floors=None):
     return fig
 
 
+def pruning_at_end(history, lookback: int = 100) -> dict | None:
+    """The share of masks above 0.5 at the training's last step and ``lookback`` steps before it (the last
+    logged step at or before that), with the steps between: a training whose share still falls at its end was
+    still pruning. None when the history is shorter than ``lookback``."""
+    steps = history["step"]
+    earlier = history[steps <= steps.iloc[-1] - lookback]
+    if not len(earlier):
+        return None
+    return dict(steps=int(steps.iloc[-1] - earlier["step"].iloc[-1]),
+                before=float(earlier["kept_fraction_at_half"].iloc[-1]),
+                after=float(history["kept_fraction_at_half"].iloc[-1]))
+
+
 def plot_training(history, lookback: int = 100):
     """KL (log axis) and the % of masks above 0.5 (linear axis) against the optimiser step; the right panel
-    says how far the kept share fell over the last ``lookback`` steps, so that a training still pruning at
-    its last step shows as such."""
+    says how far the kept share fell over the last ``lookback`` steps (``pruning_at_end``), so that a training
+    still pruning at its last step shows as such."""
     import matplotlib.pyplot as plt
 
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 3.4))
     a.plot(history["step"], history["kl"])
     a.set_yscale("log")
     a.set(xlabel="step", ylabel="KL(full ‖ masked)\ntraining batch")
-    kept = 100 * history["kept_fraction_at_half"]
-    b.plot(history["step"], kept)
+    b.plot(history["step"], 100 * history["kept_fraction_at_half"])
     b.set(xlabel="step", ylabel="% of masks > 0.5")
-    last, steps = float(kept.iloc[-1]), history["step"]
-    earlier = history[steps <= steps.iloc[-1] - lookback]
-    if len(earlier):
-        before = 100 * float(earlier["kept_fraction_at_half"].iloc[-1])
-        b.set_title(f"{before:.1f} % → {last:.1f} % over the last {int(steps.iloc[-1] - earlier['step'].iloc[-1])} steps",
+    pruning = pruning_at_end(history, lookback)
+    if pruning:
+        b.set_title(f"{100 * pruning['before']:.1f} % → {100 * pruning['after']:.1f} % over the last {pruning['steps']} steps",
                     fontsize=9)
     fig.tight_layout()
     return fig

@@ -55,3 +55,57 @@ def identity_errors(model, cache, layer: int, batch: int = 0) -> dict[str, float
     errors["mlp_out"] = relative_error(post @ mlp_out_matrix(w).double(),
                                        centred_if_processed(model, hook("mlp.out.hook_out")))
     return errors
+
+
+# --- whether the identities can fail through a bias ---------------------------------------------------------
+
+BIAS_KINDS = {"qk": ("b_Q", "b_K"), "ov": ("b_V", "b_O"), "mlp_in": ("b_in", "b_gate"), "mlp_out": ("b_out",)}
+"""The biases each kind of augmented matrix folds in (``b_gate`` only in gated MLPs)."""
+
+
+def largest_bias(model) -> dict[str, float]:
+    """Per kind of augmented matrix, the largest |entry| of the biases it folds in, over every layer, as the run's
+    processing leaves them (``fold_norm`` moves a LayerNorm's bias into them). All zero: the bias rows of the
+    augmented matrices are zero, and the identities cannot fail through a bias."""
+    out = dict.fromkeys(BIAS_KINDS, 0.0)
+    for layer in range(model.n_layers):
+        w = layer_weights(model, layer, device="cpu")
+        for kind, names in BIAS_KINDS.items():
+            for name in names:
+                bias = getattr(w, name)
+                if bias is not None:
+                    out[kind] = max(out[kind], float(bias.abs().max()))
+    return out
+
+
+def misfolded_ov_error(model, cache, layer: int, batch: int = 0) -> float:
+    """The OV identity's relative error with the bias row of every W̃_OV dropped (b_V W_O + b_O/H set to 0): a
+    planted misfold. It must exceed the identities' bound wherever a bias is non-zero; on a model without
+    biases it stays at rounding, which is why its identities say nothing about biases."""
+    w = layer_weights(model, layer, device="cpu")
+    x = homogeneous(cache[input_hook(model, layer, "attn")][batch].cpu().double())
+    pattern = cache[f"blocks.{layer}.attn.hook_pattern"][batch].cpu().double()
+    c = torch.einsum("hqk,kd->hqd", pattern, x[:, 1:])
+    misfolded = ov_matrix(w).clone()
+    misfolded[:, 0] = 0.0
+    heads = torch.einsum("hqd,hdm->hqm", homogeneous(c), misfolded)
+    expected = centred_if_processed(model, cache[f"blocks.{layer}.attn.o.hook_out"][batch].cpu().double())
+    return relative_error(heads.sum(0), expected)
+
+
+def gpt2_shaped_with_biases(folder, processing: str = "fold_norm", seed: int = 0, device: str = "cpu"):
+    """GPT-2 small's shapes (12 layers, d_model 768, 12 heads, its vocabulary and tokenizer) with random weights
+    whose every bias and norm gain is non-zero, written to ``folder`` as the hub's files (config.json,
+    model.safetensors) and read back by the real loader as ``gpt2-small``: the model on which the bias terms
+    of the identities are tested, where the embedded models have none."""
+    from dataclasses import replace
+    from pathlib import Path
+
+    from helpers.core.models import MODELS, load_model, tiny_hf_model
+
+    shapes = replace(MODELS["tiny-gpt2"], tiny_config=dict(model_type="gpt2", n_layer=12, n_embd=768, n_head=12,
+                                                           n_positions=1024))
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    tiny_hf_model(shapes, seed).save_pretrained(folder, safe_serialization=True)
+    return load_model("gpt2-small", processing=processing, weights_dir=folder, device=device)

@@ -24,6 +24,7 @@ from itertools import combinations
 from pathlib import Path
 
 import pandas as pd
+import torch
 
 from helpers.singular.adversary import task_specific
 from helpers.singular.alpha_path import kept_overlap
@@ -113,18 +114,68 @@ def specificity(nonsense_jaccards: dict[str, float], seed_jaccards: list[float],
     return task_specific(max(nonsense_jaccards.values()), seed_jaccards, ratio)
 
 
-def weights_matter(task_kept: int | None, control_kept: dict[str, int | None], min_ratio: float) -> bool:
+def weights_matter(task_kept: int | None, control_kept: dict[str, int], min_ratio: float) -> bool:
     """The declared rule (``[weight_controls]``): the trained model's kept share at the bound says something
-    about its training when every weight control needs at least ``min_ratio`` times as many directions (counts:
-    the models have the same directions) to stay within the bound, or cannot (None). The ratio is taken as the
-    decimal it is declared as, so that a control exactly at it is within. Without a task circuit within the
-    bound there is nothing to judge."""
+    about its training when every weight control whose training reached the bound (``control_counts``) needs at
+    least ``min_ratio`` times as many directions (counts: the models have the same directions) to stay within
+    it. The ratio is taken as the decimal it is declared as, so that a control exactly at it is within. Without
+    a task circuit within the bound, or without a control whose training reached it, there is nothing to judge."""
     if task_kept is None:
         raise ValueError("the task has no circuit within the bound: there is no kept fraction to compare")
     if not control_kept:
-        raise ValueError("the rule needs at least one weight control")
+        raise ValueError("the rule needs at least one weight control whose training reached the bound")
+    if any(k is None for k in control_kept.values()):
+        raise ValueError(f"control counts {control_kept!r}: a control without a count is one whose training failed; "
+                         "leave it out (control_counts)")
     ratio = Fraction(str(min_ratio))
-    return all(k is None or k * ratio.denominator >= ratio.numerator * task_kept for k in control_kept.values())
+    return all(k * ratio.denominator >= ratio.numerator * task_kept for k in control_kept.values())
+
+
+def control_counts(weights: pd.DataFrame, bound: float, total: int) -> tuple[dict[str, int], list[str]]:
+    """The weight controls that count as evidence, with the fewest top-ranked directions within ``bound``, and
+    the names of those whose training failed. A control's training failed when its own binarised circuit's
+    held-out KL is above the bound: its ranking then says nothing about how many directions the control needs,
+    and "none within the bound" is the training's failure, not the control's need (docs/methods.md §1.8). A
+    control whose training reached the bound but whose ranking stays within it only with every direction
+    needs all ``total``."""
+    counts, failed = {}, []
+    for row in weights.itertuples():
+        if row.kl != row.kl or row.kl > bound:
+            failed.append(row.control)
+        else:
+            counts[row.control] = _count(row.at_bound_kept) if _count(row.at_bound_kept) is not None else total
+    return counts, failed
+
+
+def kl_ceiling(log_p_full: torch.Tensor, unembed: torch.Tensor, bias: torch.Tensor, radius: float,
+               softcap: float | None = None) -> torch.Tensor:
+    """[n] The largest KL(p_full ‖ q) any output of the model can have on each prompt, whatever the ablation:
+    the final norm holds the residual it reads at norm ``radius`` at most (√d_model for RMSNorm and LayerNorm,
+    its gain folded into ``unembed`` [vocab, d]), so every logit is l = unembed · y + bias with ‖y‖ ≤ radius.
+    KL = logsumexp(l) − E_p[l] − H(p) ≤ max_u (l_u − E_p[l]) + log V − H(p), and over every such y,
+    max_u (l_u − E_p[l]) = max_u (radius · ‖a_u − E_p[a]‖ + b_u − E_p[b]) (a soft-cap c bounds it by 2c too).
+    The y along the maximising row's a_u − E_p[a] comes within log V of the bound. An attack whose KL comes near this bound has driven the output as far from the full model's as
+    the model can express: the number saturates there, by the model's geometry, not by rounding."""
+    log_p = log_p_full.double()
+    p = log_p.exp()
+    A, b = unembed.double(), bias.double()
+    mean_a = p @ A  # [n, d]
+    squared = (A * A).sum(1)
+    distance = (squared[None, :] - 2 * mean_a @ A.T + (mean_a * mean_a).sum(1, keepdim=True)).clamp_min(0).sqrt()
+    gap = (radius * distance + b[None, :] - (p @ b)[:, None]).max(1).values  # [n, V] → [n]
+    if softcap:
+        gap = gap.clamp_max(2 * softcap)
+    entropy = -(p * torch.where(p > 0, log_p, torch.zeros_like(log_p))).sum(-1)
+    return gap + math.log(A.shape[0]) - entropy
+
+
+def model_kl_ceiling(model, log_p_full: torch.Tensor) -> torch.Tensor:
+    """``kl_ceiling`` for a loaded model: its unembedding with the final norm folded in
+    (``helpers.core.weights.unembedding``), the residual at norm √d_model after the norm."""
+    from helpers.core.weights import unembedding
+
+    u = unembedding(model, device="cpu")
+    return kl_ceiling(log_p_full.cpu(), u.W_U.T, u.b_U, math.sqrt(model.d_model), model.final_logit_softcap)
 
 
 # --- notebook 07's sections, one call each ----------------------------------------------------------------
@@ -141,6 +192,7 @@ def attack_circuits(masked, targets: list[dict], folder: str | Path, rules: dict
         circuit = load_circuit(Path(folder) / f"{target['label']}.safetensors", masked.model)
         _, held_out = circuit_prompts(circuit, masked.model)
         evaluator = CircuitEvaluator(masked, held_out, circuit.rule())
+        ceiling = float(model_kl_ceiling(masked.model, evaluator.prepared.log_p_full).mean())
         kept = circuit.fixed()
         for which, masks in (("circuit", kept), ("random", random_like(kept, control_seed))):
             started = time.perf_counter()
@@ -150,7 +202,7 @@ def attack_circuits(masked, targets: list[dict], folder: str | Path, rules: dict
             rows.append(dict(label=target["label"], role=target["role"], circuit=which, kept=circuit.n_kept(),
                              kept_fraction=circuit.n_kept() / circuit.count(), under_rule_kl=result["under_rule_kl"],
                              stochastic_mean_kl=result["stochastic"]["mean"], stochastic_max_kl=result["stochastic"]["max"],
-                             adversarial_kl=result["best_kl"], survives=result["survives"],
+                             adversarial_kl=result["best_kl"], kl_ceiling=ceiling, survives=result["survives"],
                              seconds=time.perf_counter() - started))
             curves.append(result["curve"].assign(label=target["label"], circuit=which))
     return pd.DataFrame(rows), pd.concat(curves, ignore_index=True)
@@ -222,28 +274,60 @@ def _count(value):
 
 
 def judged(attack_table: pd.DataFrame, seeds: pd.DataFrame, jaccards: list[dict], nonsense: pd.DataFrame,
-           weights: pd.DataFrame, rules: dict) -> dict:
+           weights: pd.DataFrame, rules: dict, total: int) -> dict:
     """The three verdicts of a task, by the declared rules: whether each attacked circuit survives; whether the
     task circuit is task-specific (None without nonsense controls or a second seed); whether the trained
-    weights matter to its kept fraction (None without a weight control, or without a circuit within the bound).
+    weights matter to its kept fraction (None without a weight control whose training reached the bound, or
+    without a task circuit within it). Beside each of the last two, whether both of its outcomes were
+    reachable at these sizes (``helpers.feasibility``; ``total``: the directions of the model).
     ``rules``: ``load_attack_rules``, with any overrides of the attack."""
+    from helpers.feasibility import specificity_reach, weights_reach
+
     circuits = attack_table[attack_table["circuit"] == "circuit"]
     seed_jaccards = [j["jaccard"] for j in jaccards]
     nonsense_jaccards = dict(zip(nonsense["kind"], nonsense["jaccard_with_task"])) if len(nonsense) else {}
     task_kept = _count(seeds["at_bound_kept"].iloc[0])
-    controls = {c: _count(k) for c, k in zip(weights["control"], weights["at_bound_kept"])} if len(weights) else {}
+    bound = rules["faithful"]["bound"]
+    controls, failed = control_counts(weights, bound, total) if len(weights) else ({}, [])
+    specific = specific_reach = None
+    if nonsense_jaccards and seed_jaccards:
+        threshold = rules["task_specific"]["ratio"] * min(seed_jaccards)
+        specific = specificity(nonsense_jaccards, seed_jaccards, rules["task_specific"]["ratio"])
+        specific_reach = specificity_reach(int(seeds["kept"].iloc[0]), {r.kind: int(r.kept) for r in nonsense.itertuples()},
+                                           threshold, total)
+    matter = matter_reach = None
+    if controls and task_kept is not None:
+        matter = weights_matter(task_kept, controls, rules["weight_controls"]["min_ratio"])
+        matter_reach = weights_reach(task_kept, total, rules["weight_controls"]["min_ratio"])
     return dict(
         survives={r.label: bool(r.survives) for r in circuits.itertuples()},
-        attack_steps=max(rules["attack"].checkpoints), bound=rules["faithful"]["bound"],
-        task_specific=(specificity(nonsense_jaccards, seed_jaccards, rules["task_specific"]["ratio"])
-                       if nonsense_jaccards and seed_jaccards else None),
+        attack_steps=max(rules["attack"].checkpoints), bound=bound, total_directions=total,
+        task_specific=specific, task_specific_reach=_reach_record(specific_reach),
         nonsense_jaccard=max(nonsense_jaccards.values()) if nonsense_jaccards else None,
         lowest_seed_jaccard=min(seed_jaccards) if seed_jaccards else None,
         task_kept_fraction=_none_if_nan(seeds["at_bound_kept_fraction"].iloc[0]),
         control_kept_fractions=({c: _none_if_nan(f) for c, f in zip(weights["control"], weights["at_bound_kept_fraction"])}
                                 if len(weights) else {}),
-        weights_matter=(weights_matter(task_kept, controls, rules["weight_controls"]["min_ratio"])
-                        if controls and task_kept is not None else None))
+        controls_training_failed=failed,
+        weights_matter=matter, weights_matter_reach=_reach_record(matter_reach))
+
+
+def judged_from_summary(summary: dict, rules: dict, total: int | None = None) -> dict:
+    """``judged`` again, from the rows a notebook-07 summary holds, under today's rules (``total``: the model's
+    directions, where the summary predates recording them)."""
+    total = summary.get("total_directions") or total
+    if not total:
+        raise ValueError("the summary does not record the model's number of directions: pass total")
+    weights = pd.DataFrame(summary["weight_controls"], columns=["control", *CONTROL_COLUMNS]) \
+        if summary["weight_controls"] else pd.DataFrame(columns=["control", *CONTROL_COLUMNS])
+    nonsense = pd.DataFrame(summary["nonsense"]) if summary["nonsense"] else \
+        pd.DataFrame(columns=["kind", "jaccard_with_task", *CONTROL_COLUMNS])
+    return judged(pd.DataFrame(summary["attack_table"]), pd.DataFrame(summary["seeds"]), summary["seed_jaccards"],
+                  nonsense, weights, rules, int(total))
+
+
+def _reach_record(reach) -> dict | None:
+    return None if reach is None else dict(yes=reach.yes, no=reach.no, decided_by=reach.decided_by)
 
 
 def _kl(value: float) -> str:
@@ -255,18 +339,54 @@ def _yes_no(value) -> str:
     return "not tested" if value is None else ("yes" if value else "no")
 
 
-def verdict_line(summary: dict) -> str:
-    """One sentence per task for the results page: does its circuit survive the adversary, is it task-specific."""
-    v = summary["verdicts"]
+def _said(value, reach: dict | None) -> str:
+    """A verdict in words: "not tested", "yes", "no", or "uninformative: decided by …" when its other outcome
+    was out of reach at the run's sizes."""
+    if value is None:
+        return "not tested"
+    if reach is not None and not (reach["yes"] and reach["no"]):
+        return f"uninformative: decided by {reach['decided_by']}"
+    return "yes" if value else "no"
+
+
+def _weights_words(v: dict, summary: dict) -> str:
+    """Whether the weights matter, with each control's kept share and the controls whose training failed."""
+    failed = v.get("controls_training_failed") or []
+    if v.get("weights_matter") is None and not failed:
+        return "not tested"
+    shares = [f"{row['control']} {100 * row['at_bound_kept_fraction']:.1f} %" for row in summary["weight_controls"]
+              if row["control"] not in failed and row["at_bound_kept_fraction"] is not None]
+    said = (_said(v["weights_matter"], v.get("weights_matter_reach")) if v["weights_matter"] is not None
+            else "not judged, every control's training failed")
+    task = v["task_kept_fraction"]
+    detail = [f"kept within the bound: {', '.join(shares)} against the trained model's {100 * task:.1f} %"] \
+        if shares and task is not None else []
+    if failed:
+        detail.append(f"training failed for {' and '.join(failed)}: {'its' if len(failed) == 1 else 'their'} own "
+                      "trained circuit is not within the bound")
+    return said + (f" ({'; '.join(detail)})" if detail else "")
+
+
+def verdict_line(summary: dict, verdicts: dict | None = None) -> str:
+    """One sentence per task for the results page: does its circuit survive the adversary, is it task-specific,
+    do the trained weights matter (``verdicts``: ``judged_from_summary``'s, by default the summary's own)."""
+    from helpers.feasibility import chance_jaccard
+
+    v = verdicts or summary["verdicts"]
     rows = {r["label"]: r for r in summary["attack_table"] if r["circuit"] == "circuit"}
     survived = "; ".join(f"{r['role']} ({100 * r['kept_fraction']:.1f} % kept): {_yes_no(v['survives'][label])}, "
-                         f"largest KL {r['adversarial_kl']:.2f}" for label, r in rows.items())
+                         f"largest KL {r['adversarial_kl']:.2f}"
+                         + (f" of at most {r['kl_ceiling']:.0f} on these prompts" if r.get("kl_ceiling") else "")
+                         for label, r in rows.items())
     line = f"survives an adversary of {v['attack_steps']} steps (bound KL {v['bound']:g}): {survived}"
-    specific = f"task-specific: {_yes_no(v['task_specific'])}"
+    specific = f"task-specific: {_said(v['task_specific'], v.get('task_specific_reach'))}"
     if v["task_specific"] is not None:
-        specific += (f" (Jaccard with a nonsense circuit up to {v['nonsense_jaccard']:.2f}, between seeds from "
-                     f"{v['lowest_seed_jaccard']:.2f})")
-    return f"{line}; {specific}"
+        closest = max(summary["nonsense"], key=lambda r: (r["jaccard_with_task"], r["kind"]))
+        chance = (f" (chance at these sizes {chance_jaccard(summary['seeds'][0]['kept'], closest['kept'], v['total_directions']):.2f})"
+                  if v.get("total_directions") else "")
+        specific += (f"; Jaccard with a nonsense circuit up to {v['nonsense_jaccard']:.2f}{chance}, between seeds from "
+                     f"{v['lowest_seed_jaccard']:.2f}")
+    return f"{line}; {specific}; the trained weights matter: {_weights_words(v, summary)}"
 
 
 def with_attack_overrides(rules: dict, overrides: dict) -> dict:
@@ -293,11 +413,15 @@ def overlap_rows(jaccards: list[dict], nonsense: pd.DataFrame) -> pd.DataFrame:
 
 
 def controls_title(task: str, verdicts: dict) -> str:
-    """The controls figure's point, from the verdicts."""
+    """The controls figure's point, from the verdicts (a verdict its sizes decided says so)."""
     specific = {None: "task-specificity not tested", True: "the circuit is task-specific",
                 False: "the circuit is NOT task-specific"}[verdicts["task_specific"]]
+    if _said(verdicts["task_specific"], verdicts.get("task_specific_reach")).startswith("uninformative"):
+        specific = "task-specificity decided by set sizes"
     weights = {None: "untrained weights not compared", True: "untrained weights need clearly more directions",
                False: "untrained weights need no clearly larger share"}[verdicts["weights_matter"]]
+    if _said(verdicts["weights_matter"], verdicts.get("weights_matter_reach")).startswith("uninformative"):
+        weights = "the weights verdict decided by set sizes"
     return f"{task}: {specific}; {weights}"
 
 
@@ -326,7 +450,7 @@ def findings(summary: dict, fast: bool = False) -> str:
               if row["at_bound_kept_fraction"] is not None else f"no circuit within KL {bound:g}")
         lines.append(f"- **Weights {row['control']}:** {at}, against the trained model's "
                      + (f"{100 * task_at:.1f} %" if task_at is not None else f"none within KL {bound:g}") + ".")
-    lines.append(f"- **Do the trained weights matter to the kept fraction?** {_yes_no(v['weights_matter'])}.")
+    lines.append(f"- **Do the trained weights matter to the kept fraction?** {_weights_words(v, summary)}.")
     if fast:
         lines += ["", "*A fast run (the CI sizes): these numbers only show that the notebook runs.*"]
     elif summary.get("attack_variant"):

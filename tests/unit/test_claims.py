@@ -164,3 +164,113 @@ def test_the_next_sparser_circuit_is_found_by_counts_not_rounded_fractions():
     assert "(no sparser circuit was trained)" in claim.caveat and "next sparser" not in claim.caveat
     summary["alpha_sweep"].append(dict(kept=5000, kept_fraction=0.05765, kl=0.3))
     assert "next sparser: 5.8 % at KL 0.30" in C.sparsity_claim("greater_than", summary, RULES).caveat
+
+
+# --- no finding written by hand ---------------------------------------------------------------------------
+
+PROSE_MODULES = ("helpers/claims.py", "helpers/conclusions.py", "helpers/reproduction.py", "helpers/feasibility.py",
+                 "helpers/singular/validation.py")
+PAPER_QUOTES = {  # numbers that name something, not findings: a head's name, a citation, a claim as the paper words it
+    "9.6": "head 9.6, the paper's case-study head",
+    "2511.20273": "paper 1's arXiv id", "2608.06969": "paper 2's arXiv id",
+    "1–2": "paper 2's claim that coverage saturates at k = 1–2",
+}
+
+
+def literal_findings(source: str) -> list[tuple[int, str]]:
+    """Every string literal of a module's ``source`` that can reach generated text (f-string parts included;
+    docstrings not) and holds a decimal or a range that is not a quote of the paper."""
+    import ast
+    import re
+
+    tree = ast.parse(source)
+    docstrings = {id(node.value) for node in ast.walk(tree)
+                  if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)}
+    number = re.compile(r"\d+\.\d+|\d+\s?–\s?\d+")
+    return [(node.lineno, node.value) for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+            and any(m.group() not in PAPER_QUOTES for m in number.finditer(node.value))]
+
+
+@pytest.mark.parametrize("path", PROSE_MODULES)
+def test_no_decimal_or_range_is_written_by_hand_into_generated_prose(path):
+    """A number in RESULTS.md, the README or a notebook's closing cell comes from a summary or a rules file:
+    a decimal or a range typed into a template (the old "Jaccard 0.35–0.64") fails here."""
+    from pathlib import Path
+
+    assert literal_findings((Path(__file__).resolve().parents[2] / path).read_text(encoding="utf-8")) == []
+
+
+def test_the_literal_check_catches_a_hand_written_range_and_skips_docstrings_and_quotes():
+    planted = ('"""A module, 0.5 in its docstring."""\n'
+               'def caveat(x):\n    """Its docstring: 0.35."""\n'
+               '    return f"circuits differ between seeds (Jaccard 0.35–0.64), head 9.6, {x:.2f}"\n')
+    assert [text for _, text in literal_findings(planted)] == ["circuits differ between seeds (Jaccard 0.35–0.64), head 9.6, "]
+    assert literal_findings('X = f"seeds overlap by {low:.2f}–{high:.2f} in head 9.6"\n') == []
+
+
+def test_the_seed_spread_comes_from_notebook_07_and_pruning_from_notebook_02():
+    seven = dict(seeds=[{}, {}, {}], seed_jaccards=[dict(jaccard=0.556), dict(jaccard=0.587), dict(jaccard=0.577)])
+    assert C._seed_words(seven) == "circuits of 3 training seeds overlap by Jaccard 0.56–0.59 (notebook 07)"
+    assert C._seed_words(None) is None and C._seed_words(dict(seeds=[], seed_jaccards=[])) is None
+    assert C._pruning_words({}) is None
+    falling = dict(pruning_at_end=dict(steps=100, before=0.8, after=0.72))
+    assert C._pruning_words(falling) == "training still pruning at its last step (kept share 80.0 % → 72.0 % over its last 100 steps)"
+    flat = dict(pruning_at_end=dict(steps=100, before=0.72, after=0.72))
+    assert C._pruning_words(flat).startswith("training no longer pruning")
+
+
+def one(model, worst, bias, misfold, control=None):
+    summary = dict(model=model, worst_identity_error=worst, largest_bias=dict(qk=bias, ov=bias),
+                   misfolded_ov_error=misfold, fraction_above_noise_floor=dict(qk=0.85))
+    return dict(summary, biased_control=control) if control else summary
+
+
+def test_the_identities_say_yes_only_where_a_bias_could_have_failed_them():
+    control = dict(model="gpt2 shapes", worst_identity_error=4e-7, largest_bias=dict(qk=0.5), misfolded_ov_error=0.25)
+    bias_free = {"a": one("smollm2", 1e-6, 0.0, 1e-7), "b": one("gemma", 5e-7, 0.0, 1e-7)}
+    assert C.identities_claim(bias_free, RULES).verdict.startswith(C.DECIDED + " bias-free models")
+    claim = C.identities_claim({"a": one("smollm2", 1e-6, 0.0, 1e-7, control)}, RULES)
+    assert claim.verdict == C.REPRODUCED and "4.0e-07 (gpt2 shapes)" in claim.ours
+    assert claim.control.startswith("bias rows dropped (a planted misfold): 0.25 (gpt2 shapes)")
+    assert claim.caveat.startswith("smollm2 has no bias")
+    failing = dict(control, worst_identity_error=2e-4)
+    assert C.identities_claim({"a": one("smollm2", 1e-6, 0.0, 1e-7, failing)}, RULES).verdict == C.NOT_REPRODUCED
+    uncaught = dict(control, misfolded_ov_error=1e-5)  # a misfold below the bound: the rule could not say no
+    assert C.identities_claim({"a": one("smollm2", 1e-6, 0.0, 1e-7, uncaught)}, RULES).verdict.startswith(C.DECIDED)
+    old = {"a": {k: v for k, v in one("smollm2", 1e-6, 0.0, 1e-7).items() if k != "largest_bias"}}
+    assert C.identities_claim(old, RULES).verdict.startswith(C.NOT_TESTABLE + ": rerun notebook 01")
+
+
+def test_notebook_01_writes_its_summary_before_any_verdict():
+    """A failed identity must reach the summary (and read "not reproduced"), not stop the notebook first."""
+    import json
+    from pathlib import Path
+
+    notebook = json.loads((Path(__file__).resolve().parents[2] / "notebooks" / "01_augmented_matrices.ipynb").read_text())
+    code = ["".join(cell["source"]) for cell in notebook["cells"] if cell["cell_type"] == "code"]
+    written = next(i for i, source in enumerate(code) if "write_summary(" in source)
+    assert not any("assert " in source for source in code[:written])
+
+
+def test_the_pruning_record_reads_the_kept_share_a_lookback_before_the_last_step():
+    import pandas as pd
+
+    from helpers.figures.singular import pruning_at_end
+
+    history = pd.DataFrame(dict(step=[0, 50, 100, 150, 200], kept_fraction_at_half=[1.0, 0.9, 0.8, 0.75, 0.7]))
+    assert pruning_at_end(history, 100) == dict(steps=100, before=0.8, after=0.7)
+    assert pruning_at_end(history, 101) == dict(steps=150, before=0.9, after=0.7)  # the last logged step before
+    assert pruning_at_end(history, 201) is None
+
+
+def test_a_sparse_circuit_claim_is_decided_when_no_evaluated_circuit_is_small_enough():
+    """Without the paper's-rule circuit at 10 % (ledger row two), the smallest circuit evaluated keeps 26 %:
+    above 2 × 8.68 %, so "reproduced" was out of reach and "not reproduced" says nothing."""
+    ledger = ioi_summary()["ledger"]
+    no_small = ioi_summary(ledger=[ledger[0], dict(ledger[1], kept_fraction=0.5, kept_percent=50.0), ledger[2]],
+                           curve=[dict(kept_fraction=0.4, kl=0.3)])
+    claim = C.sparsity_claim("ioi", no_small, RULES)
+    assert claim.verdict.startswith(C.DECIDED + " the circuits evaluated: the smallest keeps 26.0 %")
+    with_curve = dict(no_small, curve=[dict(kept_fraction=0.17, kl=0.9)])  # a small circuit, far from the bound
+    assert C.sparsity_claim("ioi", with_curve, RULES).verdict == C.NOT_REPRODUCED

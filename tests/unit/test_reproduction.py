@@ -169,13 +169,18 @@ def test_each_task_gets_one_line_on_its_circuit_under_attack_or_says_it_has_not_
     from helpers.reproduction import circuit_checks
     from tests.unit.test_validation import seven_summary
 
-    lines = circuit_checks({"07_circuit_validation-ioi-smollm2-135m": seven_summary()}).splitlines()
+    text, calibration = circuit_checks({"07_circuit_validation-ioi-smollm2-135m": seven_summary()}).split("\n\n")
+    lines = text.splitlines()
     assert len(lines) == 3
     assert lines[0].startswith("- **IOI:** survives an adversary of 160 steps") and "task-specific: yes" in lines[0]
     assert lines[0].endswith("Shown in [07_circuit_validation-ioi-smollm2-135m]"
                              "(figures/07_circuit_validation-ioi-smollm2-135m/notebook.ipynb).")
     assert lines[1] == ("- **Gender pronoun:** not run yet (`python -m helpers.pipeline --only "
                         "07_circuit_validation-gender-smollm2-135m`).")
+    # one of the two attacked circuits (each beside its random control) holds the bound: the attack can say yes
+    assert calibration.startswith("1 of the 4 attacked circuits that leave directions out hold the bound")
+    broken = seven_summary(survives=(False, False))
+    assert "**None of the 4 attacked circuits" in circuit_checks({"07_circuit_validation-ioi-smollm2-135m": broken})
 
 
 def test_the_paper_budget_sentence_reads_the_ledgers_first_two_rows():

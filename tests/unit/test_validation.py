@@ -50,7 +50,7 @@ def test_task_specificity_takes_the_largest_nonsense_overlap_at_the_boundary():
 
 
 def test_the_weights_matter_only_when_every_control_needs_the_declared_multiple():
-    assert weights_matter(200, {"random-init": 300, "permuted": None}, 1.5)  # 300 = 1.5 × 200; None: never within
+    assert weights_matter(200, {"random-init": 300, "permuted": 900}, 1.5)  # 300 = 1.5 × 200
     assert not weights_matter(200, {"random-init": 299, "permuted": 900}, 1.5)
     assert weights_matter(3, {"random-init": 1}, 0.3)  # exact at the boundary: 0.3 × 3 is 0.9000000000000001 in floats
     with pytest.raises(ValueError, match="no kept fraction"):
@@ -122,15 +122,17 @@ def seven_summary(survives=(True, False), nonsense=(0.1, 0.15), seeds=(0.4, 0.5,
                                 adversarial_kl=0.1 if (ok and which == "circuit") else 0.9,
                                 survives=ok and which == "circuit")
                            for i, ok in enumerate(survives) for which in ("circuit", "random")])
-    seed_table = pd.DataFrame([dict(seed=0, kept_fraction=0.3, kl=0.1, at_bound_kept=task, at_bound_kept_fraction=task / 1000,
-                                    at_bound_kl=0.2)])
+    seed_table = pd.DataFrame([dict(seed=0, kept=300, kept_fraction=0.3, kl=0.1, at_bound_kept=task,
+                                    at_bound_kept_fraction=task / 1000, at_bound_kl=0.2)])
     jaccards = [dict(a=0, b=i + 1, jaccard=j) for i, j in enumerate(seeds)]
-    nonsense_table = pd.DataFrame([dict(kind=k, jaccard_with_task=j, at_bound_kept_fraction=0.5, at_bound_kl=0.2)
+    nonsense_table = pd.DataFrame([dict(kind=k, jaccard_with_task=j, kept=500, at_bound_kept_fraction=0.5, at_bound_kl=0.2)
                                    for k, j in zip(("shuffled", "random_tokens"), nonsense)])
-    weights = pd.DataFrame([dict(control=c, at_bound_kept=k, at_bound_kept_fraction=None if k is None else k / 1000,
+    # a control without a count is one whose own trained circuit missed the bound (KL 0.5): its training failed
+    weights = pd.DataFrame([dict(control=c, kl=0.5 if k is None else 0.1, at_bound_kept=k,
+                                 at_bound_kept_fraction=None if k is None else k / 1000,
                                  at_bound_kl=None if k is None else 0.1) for c, k in zip(("random-init", "permuted"), controls)])
-    verdicts = judged(attack, seed_table, jaccards, nonsense_table, weights, rules)
-    return dict(task="ioi", verdicts=verdicts, attack_table=attack.to_dict("records"), seeds=seed_table.to_dict("records"),
+    verdicts = judged(attack, seed_table, jaccards, nonsense_table, weights, rules, 1000)
+    return dict(task="ioi", total_directions=1000, verdicts=verdicts, attack_table=attack.to_dict("records"), seeds=seed_table.to_dict("records"),
                 seed_jaccards=jaccards, nonsense=nonsense_table.to_dict("records"),
                 weight_controls=weights.astype(object).where(weights.notna(), None).to_dict("records"))
 
@@ -140,14 +142,17 @@ def test_the_verdicts_follow_the_declared_rules_and_read_in_one_line():
     v = summary["verdicts"]
     assert v["survives"] == {"ioi-0": True, "ioi-1": False} and v["attack_steps"] == 160
     assert v["task_specific"] is True and v["nonsense_jaccard"] == 0.15 and v["lowest_seed_jaccard"] == 0.4
-    assert v["weights_matter"] is True  # 350 ≥ 1.5 × 200, and the permuted model reaches nothing within the bound
+    assert v["weights_matter"] is True  # 350 ≥ 1.5 × 200; the permuted model's training failed and is no evidence
+    assert v["controls_training_failed"] == ["permuted"]
     line = verdict_line(summary)
     assert line.startswith("survives an adversary of 160 steps (bound KL 0.21): role 0 (10.0 % kept): yes")
     assert "role 1 (10.0 % kept): no, largest KL 0.90" in line and "task-specific: yes" in line
     assert seven_summary(nonsense=(0.1, 0.25))["verdicts"]["task_specific"] is False
     assert seven_summary(controls=(299, None))["verdicts"]["weights_matter"] is False
     text = findings(summary)
-    assert text.startswith("## What we found") and "**Do the trained weights matter to the kept fraction?** yes." in text
+    assert text.startswith("## What we found") and "**Do the trained weights matter to the kept fraction?** yes (" in text
+    assert "training failed for permuted" in text
+    assert seven_summary(controls=(None, None))["verdicts"]["weights_matter"] is None  # nothing left to judge by
 
 
 def test_the_count_within_the_bound_is_found_by_bisection_and_a_kl_at_the_bound_is_within():
@@ -177,7 +182,7 @@ def test_the_attack_alone_leaves_every_control_table_empty_but_readable_and_ever
     summary = seven_summary()
     attack = pd.DataFrame(summary["attack_table"])
     seed_table = pd.DataFrame(summary["seeds"])
-    verdicts = judged(attack, seed_table, summary["seed_jaccards"], nonsense, weights, load_attack_rules())
+    verdicts = judged(attack, seed_table, summary["seed_jaccards"], nonsense, weights, load_attack_rules(), 1000)
     assert verdicts["task_specific"] is None and verdicts["weights_matter"] is None
     assert verdicts["survives"] == summary["verdicts"]["survives"]
     alone = dict(summary, verdicts=verdicts, seed_jaccards=[], nonsense=[], weight_controls=[])
