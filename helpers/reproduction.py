@@ -217,42 +217,70 @@ def _reach_words(verdict: str) -> str:
     return "no: " + verdict.removeprefix(DECIDED + " ") if verdict.startswith(DECIDED) else "yes"
 
 
+def known_no(summary: dict, rules: dict) -> tuple[bool, bool | None]:
+    """Notebook 07's two comparative rules on cases whose answer is known to be no, from its summary: the
+    task circuit against a second training seed posed as its nonsense circuit (task-specific?), and the trained
+    model posed as its own weight control (do the weights matter?; None without a task circuit within the bound)."""
+    from helpers.singular.validation import specificity, weights_matter
+
+    seeds = summary["seed_jaccards"]
+    first = next(j["jaccard"] for j in seeds if 0 in (j["a"], j["b"])) if seeds else None
+    specific = (specificity({"second seed": first}, [j["jaccard"] for j in seeds], rules["task_specific"]["ratio"])
+                if first is not None else None)
+    kept = summary["seeds"][0]["at_bound_kept"]
+    matter = (weights_matter(int(kept), {"itself": int(kept)}, rules["weight_controls"]["min_ratio"])
+              if kept is not None else None)
+    return specific, matter
+
+
 def verdict_reach(summaries: dict, claims: list[Claim]) -> str:
     """The section "Can each verdict say yes?": one row per verdict rule, with the case where its answer is known
     to be yes (a planted mechanism) and its outcome, the case known to be no and its outcome, and whether both
     outcomes were reachable at the runs' own sizes (``helpers.feasibility``)."""
+    from helpers.singular.adversary import load_attack_rules
+
     rows = ["| Verdict rule | Known yes: case, outcome | Known no: case, outcome | Both outcomes reachable at the run's sizes |",
             "|---|---|---|---|"]
     identities, = claims_under(claims, "identities")
     ones = [s for n, s in summaries.items() if s and n.startswith("01_augmented_matrices-") and "biased_control" in s]
     if ones:
-        control = ones[0]["biased_control"]
-        bound = load_rules()["identities"]["max_relative_error"]
+        control, bound = ones[0]["biased_control"], load_rules()["identities"]["max_relative_error"]
+        holds = control["worst_identity_error"] < bound
+        caught = control["misfolded_ov_error"] >= bound
         rows.append(f"| Identities (01) | {control['model']}: worst error {control['worst_identity_error']:.1e}, "
-                    f"{'holds' if control['worst_identity_error'] < bound else 'fails'} | the same with every bias row "
-                    f"dropped (a planted misfold): error {control['misfolded_ov_error']:.2f}, "
-                    f"{'fails' if control['misfolded_ov_error'] >= bound else 'holds'} | {_reach_words(identities.verdict)} |")
+                    f"{'holds' if holds else 'fails'} | the same with every bias row dropped (a planted misfold): error "
+                    f"{control['misfolded_ov_error']:.2f}, {'fails' if caught else 'holds'} | {_reach_words(identities.verdict)} |")
     else:
         rows.append(f"| Identities (01) | not run | not run | {_reach_words(identities.verdict)} |")
     ioi, = claims_under(claims, "sparsity/ioi")
-    rows.append(f"| Sparse circuit within the KL bound (02) | {NO_PLANT} | {ioi.control or 'not run'} "
-                f"| {_reach_words(ioi.verdict)} |")
-    runs = {task: _validation_run(summaries, task) for task, _ in VALIDATION_TASKS}
-    judged = {task: rejudged(summaries, run) for task, run in runs.items() if run}
-    if judged:
-        randoms = [r for task, run in runs.items() if run for r in summaries[run]["attack_table"] if r["circuit"] == "random"]
+    rows.append(f"| Sparse circuit within the KL bound (02) | {NO_PLANT} | {ioi.control or 'not run'} | "
+                f"{_reach_words(ioi.verdict)} |")
+    runs = {task: run for task, _ in VALIDATION_TASKS if (run := _validation_run(summaries, task))}
+    if runs:
+        rules, names = load_attack_rules(), dict(VALIDATION_TASKS)
+        judged = {task: rejudged(summaries, run) for task, run in runs.items()}
+        attacked = [r for run in runs.values() for r in summaries[run]["attack_table"]]
+        randoms = [r for r in attacked if r["circuit"] == "random"]
+        held = any(r["survives"] for r in attacked if r["kept_fraction"] < 1)
         rows.append(f"| Survives the attack (07) | {NO_PLANT} | same-count random circuits: "
                     f"{sum(not r['survives'] for r in randoms)} of {len(randoms)} fail | unknown: "
-                    f"{'no circuit leaving a direction out has held the bound' if not any(r['survives'] for s in judged for r in summaries[runs[s]]['attack_table'] if r['kept_fraction'] < 1) else 'some circuit held it'} |")
+                    f"{'some circuit leaving directions out held the bound' if held else 'no circuit leaving a direction out has held the bound'} |")
+        said = {task: known_no(summaries[run], rules) for task, run in runs.items()}
 
-        def per_task(key):
-            return "; ".join(f"{name}: " + ("not judged" if judged[task][key] is None else
-                                             ("yes" if (judged[task][key + "_reach"] or {}).get("decided_by", "") == ""
-                                              else "no, decided by set sizes"))
-                             for task, name in VALIDATION_TASKS if task in judged)
-        rows.append(f"| Task-specific (07) | {NO_PLANT} | nonsense prompts (the rule's own comparison) | {per_task('task_specific')} |")
-        rows.append(f"| Trained weights matter (07) | {NO_PLANT} | untrained weights (the rule's own comparison) | "
-                    f"{per_task('weights_matter')} |")
+        def outcome(value):
+            return "no circuit within the bound" if value is None else ("says yes" if value else "says no")
+
+        def reach(task, key):
+            if judged[task][key] is None:
+                return "not judged"
+            return "yes" if not (judged[task][key + "_reach"] or {}).get("decided_by") else "no, decided by set sizes"
+
+        for (rule, case), index, key in ((("Task-specific (07)", "a second training seed of the task posed as its nonsense"), 0,
+                                          "task_specific"),
+                                         (("Trained weights matter (07)", "the trained model posed as its own weight control"), 1,
+                                          "weights_matter")):
+            rows.append(f"| {rule} | {NO_PLANT} | {case}: " + "; ".join(f"{names[t]}: {outcome(said[t][index])}" for t in runs)
+                        + " | " + "; ".join(f"{names[t]}: {reach(t, key)}" for t in runs) + " |")
     receptors, = claims_under(claims, "receptors")
     rows.append(f"| Logit receptors flip the pronoun (06) | {NO_PLANT} | {receptors.control or 'not run'} | "
                 f"{_reach_words(receptors.verdict)} |")

@@ -197,3 +197,30 @@ def test_the_paper_budget_sentence_reads_the_ledgers_first_two_rows():
                            "1.23 against 2.50")
     sparse = dict(summary, ledger=[dict(ledger[0], kept_percent=17.0), ledger[1]])  # within 2 × 8.68 %, the rule's limit
     assert "**reproduced**" in paper_budget({name: sparse})
+
+
+def test_the_comparative_rules_say_no_on_cases_known_to_be_no():
+    """A second seed of the task posed as its nonsense overlaps as much as seeds do, and the trained model posed as
+    its own weight control needs the same count: both rules must say no, whatever the run."""
+    from helpers.reproduction import known_no
+    from helpers.singular.adversary import load_attack_rules
+    from tests.unit.test_validation import seven_summary
+
+    rules = load_attack_rules()
+    assert known_no(seven_summary(), rules) == (False, False)
+    no_circuit = seven_summary()
+    no_circuit["seeds"] = [dict(no_circuit["seeds"][0], at_bound_kept=None)]
+    assert known_no(no_circuit, rules) == (False, None)
+
+
+def test_the_results_page_has_one_reachability_row_per_verdict_rule():
+    from helpers.reproduction import results_page
+
+    page = results_page(MANIFEST)
+    section = page.split("## Can each verdict say yes?", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("| Verdict rule")]
+    assert [row.split(" | ")[0][2:] for row in rows] == [
+        "Identities (01)", "Sparse circuit within the KL bound (02)", "Survives the attack (07)", "Task-specific (07)",
+        "Trained weights matter (07)", "Logit receptors flip the pronoun (06)", "A head's subfunctions (03)",
+        "Paper 2's checks A, B, C (04)"]
+    assert "IOI: no, decided by set sizes" in section  # the committed random-token circuits keep 93-95 %
