@@ -311,8 +311,20 @@ def _head_name(layer_head) -> str:
     return f"L{layer_head[0]}.H{layer_head[1]}"
 
 
+def _effects_of(directions: str, effects: list[dict]) -> str:
+    """Each named direction ("OV 33, QK 6") with its ablation effect and 95 % interval, from notebook 03's table."""
+    rows = {(r["kind"], r["direction"]): r for r in effects}
+    out = []
+    for name in filter(None, (d.strip() for d in directions.split(","))):
+        kind, index = name.split()
+        row = rows.get((kind.lower(), int(index))) or {}
+        out.append(f"{name}: {row['metric_change']:+.4f}, 95 % CI {row['effect_low']:+.4f} to {row['effect_high']:+.4f}"
+                   if "effect_low" in row else name)
+    return ("; " if any(":" in item for item in out) else ", ").join(out)
+
+
 def subfunction_claims(summary: dict | None, rules: dict, run: str = RUNS["head"]) -> list[Claim]:
-    """From the summary of notebook 03."""
+    """From the summary of notebook 03: each subfunction with the effect of every direction that earns it."""
     if not summary:
         return [_missing(1, "Head 9.6's subfunctions (GPT-2 small)", run, "subfunction")]
     head, control = _head_name(summary["head"]), _head_name(summary["control_head"])
@@ -322,11 +334,18 @@ def subfunction_claims(summary: dict | None, rules: dict, run: str = RUNS["head"
         f"{'the ' if name == 'held-out' else ''}{name} prompts: {'yes' if meets[name] else 'no'} (margin "
         f"{m['margin']:.2f}, 95 % CI {m['margin_low']:.2f}–{m['margin_high']:.2f}, rule ≥ 2)"
         for name, m in margins.items())
+    if summary.get("head_ablation_effect"):
+        effect = summary["head_ablation_effect"]
+        caveat = (f"ablating all of {head} moves the metric by {effect['mean']:+.3f} (95 % CI {effect['low']:+.3f} to "
+                  f"{effect['high']:+.3f}); a direction matters when its interval lies beyond "
+                  f"{summary['effect_floor']:.4f}; {caveat}")
     claims = []
     for row in summary["subfunction_verdicts"]:
-        ours = f"{head}: " + (f"supported ({row['head_directions']})" if row["head"] else "not supported")
-        ctrl = f"control head {control}: " + (f"passes ({row['control_directions']})" if row["control"]
-                                                else "does not pass")
+        ours = f"{head}: " + (f"supported ({_effects_of(row['head_directions'], summary.get('ablation_effects') or [])})"
+                              if row["head"] else "not supported")
+        ctrl = f"control head {control}: " + (
+            f"passes ({_effects_of(row['control_directions'], summary.get('control_ablation_effects') or [])})"
+            if row["control"] else "does not pass")
         claims.append(Claim(1, f"A name mover's directions carry {row['subfunction']} (GPT-2 small, head 9.6)",
                             "", ours, ctrl,
                             subfunction_verdict(row["head"], row["control"], sum(meets.values()), rules),

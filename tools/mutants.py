@@ -186,6 +186,10 @@ MUTANTS = [  # (file, original text, mutated text, tests to run, what the mutant
  ("helpers/singular/validation.py", "        if row.kl != row.kl or row.kl > bound:", "        if row.kl != row.kl or row.kl >= bound:", "tests/unit/test_feasibility.py", "a control whose circuit is exactly at the bound counted as failed training"),
  ("helpers/claims.py", "reach.say(identity_verdict(list(errors.values()), rules))", "identity_verdict(list(errors.values()), rules)", "tests/unit/test_claims.py", "identities reproduced on bias-free models"),
  ("helpers/claims.py", "        verdict = reach.say(sparsity_verdict(", "        verdict = (sparsity_verdict(", "tests/unit/test_claims.py", "sparse-circuit verdict without its reach"),
+ ("helpers/singular/heads.py", '    large = (effects["effect_low"] > floor) | (effects["effect_high"] < -floor)', '    large = (effects["effect_low"] >= floor) | (effects["effect_high"] <= -floor)', "tests/unit/test_heads.py", "an effect interval at the floor counted as beyond it"),
+ ("helpers/singular/heads.py", '    return max(rule["share_of_head"] * abs(head_effect), abs(other_largest))', '    return abs(other_largest)', "tests/unit/test_heads.py", "the head's own effect left out of the floor"),
+ ("helpers/singular/heads.py", 'floors = {"study": effect_floor(study["head_effect"]["mean"], control["effects"]["metric_change"].abs().max(), rule),', 'floors = {"study": effect_floor(study["head_effect"]["mean"], 0.0, rule),', "tests/unit/test_heads.py", "the studied head not held beyond the control head's effects"),
+ ("helpers/singular/heads.py", '    return effects.assign(large_enough=large, matters=large & effects["beyond_controls"])', '    return effects.assign(large_enough=large, matters=effects["beyond_controls"])', "tests/unit/test_heads.py", "a direction matters without a large enough effect"),
 ]
 
 

@@ -246,14 +246,58 @@ def _without(model_masks: FixedMasks, kind: str, entries) -> FixedMasks:
     return FixedMasks(blocks)
 
 
+EFFECT_RULE = dict(share_of_head=0.1, level=0.95)
+"""Declared on 2026-12-06, before notebook 03's next run: a direction *matters* only when it moves the metric
+beyond all of its σ-matched controls and the ``level`` bootstrap interval of its effect lies wholly beyond
+``share_of_head`` times the head's own ablation effect (all of its directions at once), and, for the studied
+head, beyond the control head's largest single-direction effect. An effect a tenth of the head's is the least
+a subfunction the head carries should move."""
+
+
+def per_prompt_metric(evaluator: CircuitEvaluator, circuit: FixedMasks) -> torch.Tensor:
+    """[n] The task metric of each held-out prompt with ``circuit`` under the evaluator's rule (on the CPU)."""
+    from helpers.singular.circuits import task_metric
+
+    with torch.no_grad():
+        logits = evaluator.masked.masked_final_logits(circuit, evaluator.rule, evaluator.task.clean,
+                                                      evaluator.task.answer_pos, evaluator.prepared.references)
+    return task_metric(evaluator.task, logits)[0].double().cpu()
+
+
+def mean_interval(values: torch.Tensor, resamples: int = MARGIN_RESAMPLES, level: float = 0.95,
+                  seed: int = 0) -> tuple[float, float, float]:
+    """(mean, low, high) of ``values`` [n] over prompts: a percentile bootstrap interval at ``level`` of the mean
+    (``resamples`` draws of n prompts with replacement, seeded, drawn on the CPU)."""
+    n = values.shape[0]
+    draws = torch.randint(n, (resamples, n), generator=torch.Generator().manual_seed(seed), device="cpu")
+    means = values.double().cpu()[draws].mean(1)
+    tail = (1 - level) / 2
+    return float(values.double().mean()), float(torch.quantile(means, tail)), float(torch.quantile(means, 1 - tail))
+
+
+def head_ablation_effect(evaluator: CircuitEvaluator, model, layer: int, head: int, seed: int = 0) -> dict:
+    """The change in the held-out metric when every QK and OV direction of the head is ablated at once (under
+    the evaluator's rule), with its bootstrap interval over prompts: the scale a single direction's effect is
+    measured against (``EFFECT_RULE``)."""
+    ones = FixedMasks.ones(model)
+    blocks = {name: value.clone() for name, value in ones.blocks.items()}
+    for kind in ("qk", "ov"):
+        blocks[f"{layer}_{kind}"][head] = 0.0
+    change = per_prompt_metric(evaluator, FixedMasks(blocks)) - per_prompt_metric(evaluator, ones)
+    mean, low, high = mean_interval(change, level=EFFECT_RULE["level"], seed=seed)
+    return dict(mean=mean, low=low, high=high)
+
+
 def ablation_effects(evaluator: CircuitEvaluator, model, spectra: dict[str, torch.Tensor], layer: int, head: int,
                      directions: dict[str, list[int]], n_controls: int = 4, seed: int = 0,
                      progress: bool = True) -> pd.DataFrame:
     """Change in the task metric (held-out, under the evaluator's ablation rule) when one direction of the
-    head is ablated, and when instead one of ``n_controls`` σ-matched directions of other heads is."""
+    head is ablated, with its bootstrap interval over prompts (``effect_low``, ``effect_high``), and when
+    instead one of ``n_controls`` σ-matched directions of other heads is."""
     generator = torch.Generator().manual_seed(seed)
     ones = FixedMasks.ones(model)
     base = evaluator.evaluate(ones)
+    base_prompts = per_prompt_metric(evaluator, ones)
     jobs = [(kind, k) for kind, ks in directions.items() for k in ks]
     if progress:
         from tqdm.auto import tqdm
@@ -261,14 +305,30 @@ def ablation_effects(evaluator: CircuitEvaluator, model, spectra: dict[str, torc
         jobs = tqdm(jobs, desc=f"ablating directions of L{layer}.H{head}")
     rows = []
     for kind, k in jobs:
-        result = evaluator.evaluate(_without(ones, kind, [(layer, head, k)]))
+        ablated = _without(ones, kind, [(layer, head, k)])
+        result = evaluator.evaluate(ablated)
+        _, low, high = mean_interval(per_prompt_metric(evaluator, ablated) - base_prompts, level=EFFECT_RULE["level"],
+                                     seed=seed)
         controls = [evaluator.evaluate(_without(ones, kind, [c]))["metric"] - base["metric"]
                     for c in _matched_controls(spectra[kind], layer, head, k, n_controls, 8 * n_controls, generator)]
         rows.append(dict(kind=kind, direction=k, sigma=float(spectra[kind][layer, head, k]),
-                         metric_change=result["metric"] - base["metric"], kl=result["kl"],
-                         control_mean=float(np.mean(controls)), control_max_abs=float(np.max(np.abs(controls))),
+                         metric_change=result["metric"] - base["metric"], effect_low=low, effect_high=high,
+                         kl=result["kl"], control_mean=float(np.mean(controls)),
+                         control_max_abs=float(np.max(np.abs(controls))),
                          beyond_controls=abs(result["metric"] - base["metric"]) > float(np.max(np.abs(controls)))))
     return pd.DataFrame(rows)
+
+
+def effect_floor(head_effect: float, other_largest: float = 0.0, rule: dict = EFFECT_RULE) -> float:
+    """The smallest |effect| a direction's interval must lie beyond (``EFFECT_RULE``)."""
+    return max(rule["share_of_head"] * abs(head_effect), abs(other_largest))
+
+
+def with_effect_sizes(effects: pd.DataFrame, floor: float) -> pd.DataFrame:
+    """``effects`` with ``large_enough`` (the interval lies wholly beyond ±``floor``, strictly) and ``matters``
+    (large enough, and beyond its σ-matched controls)."""
+    large = (effects["effect_low"] > floor) | (effects["effect_high"] < -floor)
+    return effects.assign(large_enough=large, matters=large & effects["beyond_controls"])
 
 
 def dominant_role(row: pd.Series, roles=("BOS", "IO", "S1", "S2", "end", "other")) -> str:
@@ -279,10 +339,14 @@ def subfunction_evidence(ov_roles: pd.DataFrame, qk_roles: pd.DataFrame, effects
     """Which of the paper's subfunctions the data support, by criteria declared here (not tuned):
 
     - entity separation: an OV direction whose IO contribution and its S1+S2 contribution differ by more
-      than half of its mean |coefficient|, and whose ablation moves the metric beyond all its controls;
-    - salience: a QK direction that scores the IO key above both S keys, ablation beyond controls;
-    - sequence initialisation: a direction (OV or QK) whose largest term is BOS, ablation beyond controls."""
-    matters = {(r.kind, r.direction) for r in effects.itertuples() if r.beyond_controls}
+      than half of its mean |coefficient|, and which matters;
+    - salience: a QK direction that scores the IO key above both S keys, and which matters;
+    - sequence initialisation: a direction (OV or QK) whose largest term is BOS, and which matters.
+
+    A direction matters by ``effects["matters"]`` (``with_effect_sizes``: beyond its σ-matched controls and
+    large enough), or, for a table without it, by ``beyond_controls`` alone."""
+    flag = "matters" if "matters" in effects else "beyond_controls"
+    matters = {(r.kind, r.direction) for r in effects.itertuples() if getattr(r, flag)}
     scale = ov_roles.abs().sum(1)
     entity = [k for k, r in ov_roles.iterrows()
               if ("ov", k) in matters and abs(r["IO"] - (r["S1"] + r["S2"])) > 0.5 * scale[k]]
@@ -343,7 +407,8 @@ def head_evidence(model, evaluator: CircuitEvaluator, spectra: dict, masks, task
                   n_directions: int, n_controls: int, seed: int = 0, progress: bool = True) -> dict:
     """The case-study pipeline for one head on ``task`` (the evaluator's held-out prompts): its reading, the
     directions studied (``choose_directions`` on its mask logits), their terms by IOI role, one-at-a-time
-    ablations against σ-matched controls, and the subfunction verdicts (``subfunction_evidence``)."""
+    ablations against σ-matched controls with their intervals, and the head's own ablation effect. The
+    subfunction verdicts come after, from both heads (``judged_subfunctions``)."""
     m_ov, m_qk = masks.values(layer, "ov")[head].detach().cpu(), masks.values(layer, "qk")[head].detach().cpu()
     logit_ov, logit_qk = (masks.logits[f"{layer}_{kind}"][head].detach().cpu() for kind in ("ov", "qk"))
     reading = HeadReading(model, task.clean, task.answer_pos, layer, head)
@@ -357,7 +422,23 @@ def head_evidence(model, evaluator: CircuitEvaluator, spectra: dict, masks, task
                 chosen=chosen,
                 ov_roles=ov_roles.assign(bias=reading.ov_bias[chosen["ov"]].cpu().numpy()), qk_roles=qk_roles,
                 attention=by_role(reading.attention[..., None], roles, reading.valid).iloc[0],
-                effects=effects, evidence=subfunction_evidence(ov_roles, qk_roles, effects))
+                effects=effects, head_effect=head_ablation_effect(evaluator, model, layer, head, seed))
+
+
+def judged_subfunctions(study: dict, control: dict, rule: dict = EFFECT_RULE) -> tuple[dict, dict, pd.DataFrame]:
+    """Both heads' evidence (``head_evidence``) judged by ``EFFECT_RULE``: each head's effects with
+    ``large_enough`` and ``matters`` against its own floor (the studied head's also beyond the control head's
+    largest single-direction effect), its subfunctions (``subfunction_evidence``), and the verdicts beside the
+    control head's (``specificity``). Returns the two updated evidence dicts and the verdicts."""
+    floors = {"study": effect_floor(study["head_effect"]["mean"], control["effects"]["metric_change"].abs().max(), rule),
+              "control": effect_floor(control["head_effect"]["mean"], 0.0, rule)}
+    judged = {}
+    for name, evidence in (("study", study), ("control", control)):
+        effects = with_effect_sizes(evidence["effects"], floors[name])
+        judged[name] = dict(evidence, effects=effects, effect_floor=floors[name],
+                            evidence=subfunction_evidence(evidence["ov_roles"].drop(columns="bias"), evidence["qk_roles"],
+                                                          effects))
+    return judged["study"], judged["control"], specificity(judged["study"]["evidence"], judged["control"]["evidence"])
 
 
 def choose_directions(ov_logits: torch.Tensor, qk_logits: torch.Tensor, ov_null: torch.Tensor, ov_sigma: torch.Tensor,

@@ -249,3 +249,70 @@ def test_matched_controls_of_equal_distance_are_taken_in_index_order():
     S = torch.tensor([[[2.0, 1.0], [1.0, 1.0]], [[1.0, 1.0], [1.0, 5.0]]])  # five other directions at σ = 1
     picked = _matched_controls(S, 0, 0, 1, n=3, pool=3, generator=torch.Generator().manual_seed(0))
     assert sorted(picked) == [(0, 1, 0), (0, 1, 1), (1, 0, 0)]  # the first three of the five in (layer, head, k) order
+
+
+# --- effect sizes (EFFECT_RULE) ------------------------------------------------------------------------------
+
+def test_a_directions_effect_interval_and_the_heads_own_effect_match_the_evaluators_means():
+    from helpers.singular.heads import head_ablation_effect, per_prompt_metric
+
+    model = cached_model("tiny-llama", "fold_norm")
+    task = ioi_task(model, 8, seed=1)
+    evaluator = CircuitEvaluator(MaskedModel(model), task, AblationRule.uniform("zero", "all"))
+    ones = FixedMasks.ones(model)
+    assert float(per_prompt_metric(evaluator, ones).mean()) == pytest.approx(evaluator.evaluate(ones)["metric"], abs=1e-6)
+    blocks = {name: value.clone() for name, value in ones.blocks.items()}
+    blocks["1_qk"][0], blocks["1_ov"][0] = 0.0, 0.0  # every direction of L1.H0
+    oracle = evaluator.evaluate(FixedMasks(blocks))["metric"] - evaluator.evaluate(ones)["metric"]
+    effect = head_ablation_effect(evaluator, model, 1, 0)
+    assert effect["mean"] == pytest.approx(oracle, abs=1e-6) and effect["low"] <= effect["mean"] <= effect["high"]
+    effects = ablation_effects(evaluator, model, attention_spectra(model), 1, 0, {"ov": [0]}, n_controls=1, progress=False)
+    row = effects.iloc[0]
+    assert row.effect_low <= row.metric_change <= row.effect_high
+
+
+def test_the_bootstrap_interval_of_a_mean_by_hand_and_by_the_normal_approximation():
+    from helpers.singular.heads import mean_interval
+
+    assert mean_interval(torch.full((10,), 0.25)) == (0.25, 0.25, 0.25)
+    values = torch.tensor([-1.0, 1.0] * 200, dtype=torch.float64)  # mean 0, sd 1: 95 % of the mean ≈ ±1.96 / √400
+    mean, low, high = mean_interval(values, resamples=4000)
+    assert mean == 0 and low == pytest.approx(-0.098, abs=0.01) and high == pytest.approx(0.098, abs=0.01)
+
+
+def effect_rows(*intervals, beyond=True):
+    return pd.DataFrame([dict(kind="ov", direction=i, metric_change=(lo + hi) / 2, effect_low=lo, effect_high=hi,
+                              beyond_controls=beyond) for i, (lo, hi) in enumerate(intervals)])
+
+
+def test_a_direction_matters_only_when_its_whole_interval_lies_beyond_the_floor():
+    from helpers.singular.heads import EFFECT_RULE, effect_floor, with_effect_sizes
+
+    assert EFFECT_RULE == dict(share_of_head=0.1, level=0.95)
+    assert effect_floor(-0.3, 0.01) == pytest.approx(0.03) and effect_floor(0.3, 0.05) == 0.05
+    floor = 0.03
+    judged = with_effect_sizes(effect_rows((0.03, 0.05), (0.0301, 0.05), (-0.05, -0.0301), (-0.05, -0.03), (-0.01, 0.2)),
+                               floor)
+    assert list(judged["large_enough"]) == [False, True, True, False, False]  # at the floor is not beyond it
+    assert not with_effect_sizes(effect_rows((0.04, 0.05), beyond=False), floor)["matters"].iloc[0]
+
+
+def test_both_heads_are_judged_against_their_own_floors_and_the_studied_one_against_the_controls_effects():
+    from helpers.singular.heads import judged_subfunctions
+
+    roles = ["BOS", "IO", "S1", "S2", "end", "other"]
+    ov = pd.DataFrame([[0.1, 3.0, 0.2, 0.1, 0.0, 0.1]], columns=roles).assign(bias=0.0)
+    qk = pd.DataFrame([[0.0, 2.0, 1.0, 0.5, 0.0, 0.0]], columns=roles)
+
+    def evidence(interval, head_mean):
+        rows = effect_rows(interval)
+        rows = pd.concat([rows, effect_rows(interval).assign(kind="qk")], ignore_index=True)
+        return dict(ov_roles=ov, qk_roles=qk, effects=rows, head_effect=dict(mean=head_mean))
+
+    # studied: effects in [0.05, 0.07]; its head moves 0.3 (floor 0.03), but the control's own largest effect is 0.06
+    study, control, verdicts = judged_subfunctions(evidence((0.05, 0.07), 0.3), evidence((0.055, 0.065), 1.0))
+    assert study["effect_floor"] == pytest.approx(0.06) and control["effect_floor"] == pytest.approx(0.1)
+    assert not study["effects"]["matters"].any() and list(verdicts["verdict"]) == ["not supported"] * 3
+    study, _, verdicts = judged_subfunctions(evidence((0.05, 0.07), 0.3), evidence((0.0, 0.01), 1.0))
+    assert study["effects"]["matters"].all()
+    assert list(verdicts["verdict"][:2]) == ["supported", "supported"]  # entity separation (OV 0), salience (QK 0)
