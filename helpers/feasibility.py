@@ -10,6 +10,8 @@ the rule's "yes" reachable, was its "no", and, where one was not, what decided i
   expectation when both are placed at random (the hypergeometric E|A ∩ B| = |A||B|/n);
 - ``specificity_reach``: notebook 07's task-specificity rule (a nonsense circuit's Jaccard with the task
   circuit at most a threshold);
+- ``corrected_overlap`` and ``matched_specificity_reach``: the same question at matched size (every circuit
+  cut to the task circuit's count), judged by overlap beyond chance;
 - ``weights_reach``: its weight-control rule (every control needs at least ``min_ratio`` times the task's
   directions to stay within the bound);
 - ``sparsity_reach``: paper 1's sparse-circuit rule (a circuit within the KL bound that keeps at most a
@@ -72,6 +74,43 @@ def chance_jaccard(a: int, b: int, n: int) -> float:
     both = a * b / n
     either = a + b - both
     return both / either if either else 1.0
+
+
+def corrected_overlap(both: int, a: int, b: int, n: int) -> float:
+    """The overlap of two sets of ``a`` and ``b`` among ``n`` that share ``both``, corrected for chance: 0 at the
+    overlap random placement gives on average (ab / n), 1 when the smaller set lies inside the larger,
+    negative below chance. Sets of the same size compare like with like; at a + b > n the lowest value
+    reachable is above −1 (``corrected_range``)."""
+    _sizes(a, b, n)
+    if not 0 <= both <= min(a, b) or both < a + b - n:
+        raise ValueError(f"both={both}: two sets of {a} and {b} among n={n} share between {max(0, a + b - n)} and "
+                         f"{min(a, b)}")
+    expected = a * b / n
+    room = min(a, b) - expected
+    if room <= 0:
+        raise ValueError(f"sets of {a} and {b} among n={n}: one holds every direction or none, so no overlap differs "
+                         "from chance")
+    return (both - expected) / room
+
+
+def corrected_range(a: int, b: int, n: int) -> tuple[float, float]:
+    """The lowest and highest ``corrected_overlap`` two sets of these sizes can have."""
+    return corrected_overlap(max(0, a + b - n), a, b, n), corrected_overlap(min(a, b), a, b, n)
+
+
+def matched_specificity_reach(k: int, n: int, threshold: float) -> Reach:
+    """Task-specificity at matched size (every circuit cut to its ``k`` top-ranked directions): "yes" when the
+    nonsense circuit's chance-corrected overlap with the task circuit is at most ``threshold`` (the ratio times
+    the lowest such overlap between seeds). "Yes" was reachable when the lowest overlap two sets of k can
+    have is within it, "no" when the highest is above it."""
+    low, high = corrected_range(k, k, n)
+    if low > threshold:
+        return Reach(False, True, f"set sizes: two sets of {k:,} among {n:,} overlap by at least {low:.2f} beyond "
+                                  f"chance, above the rule's {threshold:.2f}")
+    if high <= threshold:
+        return Reach(True, False, f"the threshold: the rule's {threshold:.2f} is at or above the highest overlap "
+                                  "two sets can have")
+    return Reach(True, True)
 
 
 def specificity_reach(task_kept: int, nonsense_kept: dict[str, int], threshold: float, n: int) -> Reach:

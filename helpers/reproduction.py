@@ -271,6 +271,8 @@ def verdict_reach(summaries: dict, claims: list[Claim]) -> str:
             return "no circuit within the bound" if value is None else ("says yes" if value else "says no")
 
         def reach(task, key):
+            if key == "task_specific" and judged[task].get("task_specific_matched") is not None:
+                key = "task_specific_matched"  # the matched-size rule supersedes the size-blind one where it ran
             if judged[task][key] is None:
                 return "not judged"
             return "yes" if not (judged[task][key + "_reach"] or {}).get("decided_by") else "no, decided by set sizes"

@@ -190,6 +190,10 @@ MUTANTS = [  # (file, original text, mutated text, tests to run, what the mutant
  ("helpers/singular/heads.py", '    return max(rule["share_of_head"] * abs(head_effect), abs(other_largest))', '    return abs(other_largest)', "tests/unit/test_heads.py", "the head's own effect left out of the floor"),
  ("helpers/singular/heads.py", 'floors = {"study": effect_floor(study["head_effect"]["mean"], control["effects"]["metric_change"].abs().max(), rule),', 'floors = {"study": effect_floor(study["head_effect"]["mean"], 0.0, rule),', "tests/unit/test_heads.py", "the studied head not held beyond the control head's effects"),
  ("helpers/singular/heads.py", '    return effects.assign(large_enough=large, matters=large & effects["beyond_controls"])', '    return effects.assign(large_enough=large, matters=effects["beyond_controls"])', "tests/unit/test_heads.py", "a direction matters without a large enough effect"),
+ ("helpers/singular/validation.py", "    return bool(max(nonsense) <= ratio * min(seeds))", "    return bool(max(nonsense) < ratio * min(seeds))", "tests/unit/test_feasibility.py", "matched-size specificity: a nonsense overlap exactly at the threshold counted as too large"),
+ ("helpers/feasibility.py", "    expected = a * b / n\n    room = min(a, b) - expected", "    expected = a * b / n / 2\n    room = min(a, b) - expected", "tests/unit/test_feasibility.py", "chance overlap halved"),
+ ("helpers/singular/validation.py", "    pairs += [(\"nonsense\", first, kind) for kind in nonsense_masks]", "    pairs += [(\"nonsense\", f\"seed {max(seed_masks)}\", kind) for kind in nonsense_masks]", "tests/unit/test_feasibility.py", "nonsense compared with another seed than the task circuit"),
+ ("helpers/singular/nonsense.py", "            for position in changed.tolist():", "            for position in range(1, length + 1):", "tests/unit/test_adversary.py", "random-token corruption redraws every position"),
 ]
 
 

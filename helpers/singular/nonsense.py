@@ -8,7 +8,10 @@ unchanged on:
   clean and its corrupted version alike, so that the corruption still touches the same tokens); the token
   multiset and the length of every prompt are kept;
 - ``random_tokens``: prompts of the same lengths made of token ids drawn uniformly from the ids the task's
-  prompts use, BOS kept; the corrupted version is an independent draw.
+  prompts use, BOS kept; the corrupted version redraws the tokens at the positions where the task's own
+  corrupted prompt differs from its clean one, and only there, so that the corruption is as large as the
+  task's (an independent draw at every position would make nearly every direction differ between clean and
+  corrupted, and the kept share would measure the size of the corruption, not the absence of a task).
 
 Both keep the task's answer ids, so its metric can be computed, but it means nothing there: only the KL
 and the kept fraction are read. Every draw is made on the CPU from the seed.
@@ -29,6 +32,9 @@ def nonsense_task(task: Task, kind: str, seed: int = 0) -> Task:
     generator = torch.Generator().manual_seed(seed)
     clean, corrupted, answer_pos = task.clean.cpu().clone(), task.corrupted.cpu().clone(), task.answer_pos.cpu()
     vocabulary = torch.unique(torch.cat([task.clean.cpu()[i, 1: int(answer_pos[i]) + 1] for i in range(len(task))]))
+    if kind == "random_tokens" and len(vocabulary) < 2:
+        raise ValueError(f"the task's prompts use {len(vocabulary)} token id(s): random tokens need at least two to "
+                         "corrupt a position")
     for i in range(len(task)):
         length = int(answer_pos[i])  # tokens after BOS, up to and with the answer position
         if kind == "shuffled":
@@ -36,9 +42,13 @@ def nonsense_task(task: Task, kind: str, seed: int = 0) -> Task:
             clean[i, 1: length + 1] = task.clean.cpu()[i, order]
             corrupted[i, 1: length + 1] = task.corrupted.cpu()[i, order]
         else:
-            for tokens in (clean, corrupted):
-                picks = torch.randint(len(vocabulary), (length,), generator=generator, device="cpu")
-                tokens[i, 1: length + 1] = vocabulary[picks]
+            changed = (task.clean.cpu()[i, 1: length + 1] != task.corrupted.cpu()[i, 1: length + 1]).nonzero().squeeze(1) + 1
+            clean[i, 1: length + 1] = vocabulary[torch.randint(len(vocabulary), (length,), generator=generator, device="cpu")]
+            corrupted[i, : length + 1] = clean[i, : length + 1]
+            for position in changed.tolist():  # another id than the clean one at each position the task changes
+                offset = int(torch.randint(len(vocabulary) - 1, (1,), generator=generator, device="cpu")) + 1
+                here = int((vocabulary == clean[i, position]).nonzero()[0, 0])
+                corrupted[i, position] = vocabulary[(here + offset) % len(vocabulary)]
     prompts = [f"{kind} (seed {seed}): " + " ".join(str(t) for t in clean[i, : int(answer_pos[i]) + 1].tolist())
                for i in range(len(task))]
     return Task(f"{task.name}-{kind}", prompts, clean, corrupted, answer_pos.clone(), task.correct.cpu(),

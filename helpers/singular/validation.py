@@ -91,12 +91,12 @@ def scored_masks(masked, masks, held_out, rule, bound: float, control_seeds: int
 
 
 def control_training(masked, run, train, held_out, bound: float, control_seeds: int = 3, resolution: float = 0.01,
-                     progress: bool = True) -> tuple[dict, FixedMasks]:
+                     progress: bool = True) -> tuple[dict, FixedMasks, object]:
     """Masks trained by ``run`` (a ``MaskingRun``: its rule and training settings, those the task circuit's
-    file records) on ``train``, then ``scored_masks`` on ``held_out``."""
+    file records) on ``train``, then ``scored_masks`` on ``held_out``. Returns (row, binarised circuit, masks)."""
     masks, history = train_masks(masked, train, run.rule(), run.train_config(), progress=progress)
     row, circuit = scored_masks(masked, masks, held_out, run.rule(), bound, control_seeds, resolution)
-    return dict(row, train_kl=float(history["kl"].iloc[-1])), circuit
+    return dict(row, train_kl=float(history["kl"].iloc[-1])), circuit, masks
 
 
 def seed_overlaps(circuits: dict[int, FixedMasks]) -> list[dict]:
@@ -112,6 +112,50 @@ def specificity(nonsense_jaccards: dict[str, float], seed_jaccards: list[float],
     if not nonsense_jaccards:
         raise ValueError("task-specificity needs the Jaccard with at least one nonsense circuit")
     return task_specific(max(nonsense_jaccards.values()), seed_jaccards, ratio)
+
+
+def matched_overlaps(seed_masks: dict, nonsense_masks: dict, k: int) -> list[dict]:
+    """Every overlap the matched-size rule reads, each circuit cut to its own ``k`` top-ranked directions (largest
+    mask logits first, ``binarise_top``; k: the task circuit's count): every pair of seeds, then the first seed's
+    against each nonsense circuit. Each row: the Jaccard, its chance level, and the overlap corrected for chance
+    (``helpers.feasibility.corrected_overlap``: 0 at chance, 1 for the same set)."""
+    from helpers.feasibility import chance_jaccard, corrected_overlap
+
+    cut = {name: binarise_top(masks, k) for name, masks in
+           [*((f"seed {s}", m) for s, m in sorted(seed_masks.items())), *((kind, m) for kind, m in nonsense_masks.items())]}
+    first = f"seed {min(seed_masks)}"
+    pairs = [("seeds", a, b) for a, b in combinations([n for n in cut if n.startswith("seed ")], 2)]
+    pairs += [("nonsense", first, kind) for kind in nonsense_masks]
+    rows = []
+    for pair, a, b in pairs:
+        n = cut[a].count()
+        both = int(sum(float((cut[a].blocks[x] * cut[b].blocks[x]).sum()) for x in cut[a].blocks))
+        rows.append(dict(pair=pair, a=a, b=b, k=k, n=n, both=both, jaccard=kept_overlap(cut[a], cut[b]),
+                         chance_jaccard=chance_jaccard(k, k, n), corrected=corrected_overlap(both, k, k, n)))
+    return rows
+
+
+def specific_at_matched_size(matched: list[dict], ratio: float) -> bool:
+    """The rule declared in ``data/verdict_rules.toml`` ``[task_specific_matched]``: the task circuit is
+    task-specific when every nonsense circuit's chance-corrected overlap with it, at matched size, is at most
+    ``ratio`` times the lowest chance-corrected overlap between two of its own seeds."""
+    seeds = [r["corrected"] for r in matched if r["pair"] == "seeds"]
+    nonsense = [r["corrected"] for r in matched if r["pair"] == "nonsense"]
+    if not seeds or not nonsense:
+        raise ValueError("the matched-size rule needs a pair of seeds and a nonsense circuit")
+    return bool(max(nonsense) <= ratio * min(seeds))
+
+
+def matched_rule(path: Path | None = None) -> dict:
+    """``[task_specific_matched]`` of ``data/verdict_rules.toml``: the ratio, declared before notebook 07's next run."""
+    import tomllib
+
+    path = path or Path(__file__).resolve().parents[2] / "data" / "verdict_rules.toml"
+    with open(path, "rb") as f:
+        rule = tomllib.load(f)["task_specific_matched"]
+    if set(rule) != {"ratio"}:
+        raise ValueError(f"{path} [task_specific_matched]: expected the key ratio, found {sorted(rule)}")
+    return rule
 
 
 def weights_matter(task_kept: int | None, control_kept: dict[str, int], min_ratio: float) -> bool:
@@ -209,32 +253,35 @@ def attack_circuits(masked, targets: list[dict], folder: str | Path, rules: dict
 
 
 def seed_spread(masked, run, task_name: str, first: tuple, n_seeds: int, bound: float, control_seeds: int = 3,
-                resolution: float = 0.01, progress: bool = True) -> tuple[pd.DataFrame, dict[int, FixedMasks]]:
+                resolution: float = 0.01, progress: bool = True) -> tuple[pd.DataFrame, dict[int, FixedMasks], dict]:
     """The task circuit at ``n_seeds`` training seeds (``run.seed`` and the next ones; each seed draws its own
     prompts, split, batches and noise), each scored on its own held-out prompts. ``first``: (masks, held-out
-    prompts) of ``run.seed``, already trained (notebook 02's). Returns one row per seed and the circuits."""
-    rows, circuits = [], {}
+    prompts) of ``run.seed``, already trained (notebook 02's). Returns one row per seed, the binarised circuits
+    and the masks, by seed."""
+    rows, circuits, trained = [], {}, {}
     for seed in range(run.seed, run.seed + n_seeds):
         if seed == run.seed:
             masks, held_out = first
         else:
             _, held_out, masks, _ = replace(run, seed=seed).run(masked, task_name, progress=progress)
         row, circuits[seed] = scored_masks(masked, masks, held_out, run.rule(), bound, control_seeds, resolution)
+        trained[seed] = masks
         rows.append(dict(seed=seed, **row))
-    return pd.DataFrame(rows), circuits
+    return pd.DataFrame(rows), circuits, trained
 
 
 def nonsense_controls(masked, run, train, held_out, kinds, task_circuit: FixedMasks, bound: float, seed: int = 0,
-                      control_seeds: int = 3, resolution: float = 0.01, progress: bool = True) -> pd.DataFrame:
+                      control_seeds: int = 3, resolution: float = 0.01, progress: bool = True) -> tuple[pd.DataFrame, dict]:
     """For each kind of nonsense (``helpers.singular.nonsense``), masks trained by ``run`` on the training prompts
     made nonsense (seed ``seed``) and scored on the held-out ones (seed ``seed + 1``), with the Jaccard of their
-    circuit with ``task_circuit``."""
-    rows = []
+    circuit with ``task_circuit``. Returns the table and the masks by kind (``matched_overlaps``)."""
+    rows, masks = [], {}
     for kind in kinds:
-        row, circuit = control_training(masked, run, nonsense_task(train, kind, seed), nonsense_task(held_out, kind, seed + 1),
-                                        bound, control_seeds, resolution, progress)
+        row, circuit, masks[kind] = control_training(masked, run, nonsense_task(train, kind, seed),
+                                                     nonsense_task(held_out, kind, seed + 1), bound, control_seeds,
+                                                     resolution, progress)
         rows.append(dict(kind=kind, jaccard_with_task=kept_overlap(circuit, task_circuit), **row))
-    return _table(rows, ["kind", "jaccard_with_task"])
+    return _table(rows, ["kind", "jaccard_with_task"]), masks
 
 
 def weight_controls(model_name: str, processing: str, run, train, held_out, controls, bound: float, seed: int = 0,
@@ -248,7 +295,7 @@ def weight_controls(model_name: str, processing: str, run, train, held_out, cont
     rows = []
     for control in controls:
         masked = MaskedModel(control_model(model_name, control, processing, seed, device))
-        row, _ = control_training(masked, run, train, held_out, bound, control_seeds, resolution, progress)
+        row, _, _ = control_training(masked, run, train, held_out, bound, control_seeds, resolution, progress)
         rows.append(dict(control=control, **row))
         del masked
     return _table(rows, ["control"])
@@ -274,14 +321,16 @@ def _count(value):
 
 
 def judged(attack_table: pd.DataFrame, seeds: pd.DataFrame, jaccards: list[dict], nonsense: pd.DataFrame,
-           weights: pd.DataFrame, rules: dict, total: int) -> dict:
+           weights: pd.DataFrame, rules: dict, total: int, matched: list[dict] | None = None) -> dict:
     """The three verdicts of a task, by the declared rules: whether each attacked circuit survives; whether the
     task circuit is task-specific (None without nonsense controls or a second seed); whether the trained
     weights matter to its kept fraction (None without a weight control whose training reached the bound, or
     without a task circuit within it). Beside each of the last two, whether both of its outcomes were
-    reachable at these sizes (``helpers.feasibility``; ``total``: the directions of the model).
+    reachable at these sizes (``helpers.feasibility``; ``total``: the directions of the model). With ``matched``
+    (``matched_overlaps``), task-specificity also at matched size and corrected for chance
+    (``specific_at_matched_size``), the rule that supersedes the size-blind one.
     ``rules``: ``load_attack_rules``, with any overrides of the attack."""
-    from helpers.feasibility import specificity_reach, weights_reach
+    from helpers.feasibility import matched_specificity_reach, specificity_reach, weights_reach
 
     circuits = attack_table[attack_table["circuit"] == "circuit"]
     seed_jaccards = [j["jaccard"] for j in jaccards]
@@ -295,6 +344,12 @@ def judged(attack_table: pd.DataFrame, seeds: pd.DataFrame, jaccards: list[dict]
         specific = specificity(nonsense_jaccards, seed_jaccards, rules["task_specific"]["ratio"])
         specific_reach = specificity_reach(int(seeds["kept"].iloc[0]), {r.kind: int(r.kept) for r in nonsense.itertuples()},
                                            threshold, total)
+    at_matched = at_matched_reach = threshold_matched = None
+    if matched and any(r["pair"] == "seeds" for r in matched) and any(r["pair"] == "nonsense" for r in matched):
+        ratio = matched_rule()["ratio"]
+        threshold_matched = ratio * min(r["corrected"] for r in matched if r["pair"] == "seeds")
+        at_matched = specific_at_matched_size(matched, ratio)
+        at_matched_reach = matched_specificity_reach(matched[0]["k"], matched[0]["n"], threshold_matched)
     matter = matter_reach = None
     if controls and task_kept is not None:
         matter = weights_matter(task_kept, controls, rules["weight_controls"]["min_ratio"])
@@ -303,6 +358,8 @@ def judged(attack_table: pd.DataFrame, seeds: pd.DataFrame, jaccards: list[dict]
         survives={r.label: bool(r.survives) for r in circuits.itertuples()},
         attack_steps=max(rules["attack"].checkpoints), bound=bound, total_directions=total,
         task_specific=specific, task_specific_reach=_reach_record(specific_reach),
+        task_specific_matched=at_matched, task_specific_matched_reach=_reach_record(at_matched_reach),
+        matched_threshold=threshold_matched,
         nonsense_jaccard=max(nonsense_jaccards.values()) if nonsense_jaccards else None,
         lowest_seed_jaccard=min(seed_jaccards) if seed_jaccards else None,
         task_kept_fraction=_none_if_nan(seeds["at_bound_kept_fraction"].iloc[0]),
@@ -323,7 +380,7 @@ def judged_from_summary(summary: dict, rules: dict, total: int | None = None) ->
     nonsense = pd.DataFrame(summary["nonsense"]) if summary["nonsense"] else \
         pd.DataFrame(columns=["kind", "jaccard_with_task", *CONTROL_COLUMNS])
     return judged(pd.DataFrame(summary["attack_table"]), pd.DataFrame(summary["seeds"]), summary["seed_jaccards"],
-                  nonsense, weights, rules, int(total))
+                  nonsense, weights, rules, int(total), summary.get("matched_overlaps"))
 
 
 def _reach_record(reach) -> dict | None:
@@ -380,7 +437,16 @@ def verdict_line(summary: dict, verdicts: dict | None = None) -> str:
                          for label, r in rows.items())
     line = f"survives an adversary of {v['attack_steps']} steps (bound KL {v['bound']:g}): {survived}"
     specific = f"task-specific: {_said(v['task_specific'], v.get('task_specific_reach'))}"
-    if v["task_specific"] is not None:
+    if v.get("task_specific_matched") is not None:
+        rows = summary["matched_overlaps"]
+        seeds = min(r["corrected"] for r in rows if r["pair"] == "seeds")
+        nonsense = max(r["corrected"] for r in rows if r["pair"] == "nonsense")
+        specific = (f"task-specific at matched size: {_said(v['task_specific_matched'], v.get('task_specific_matched_reach'))} "
+                    f"(every circuit cut to {rows[0]['k']:,} of {rows[0]['n']:,} directions; overlap beyond chance with a "
+                    f"nonsense circuit up to {nonsense:.2f}, between seeds from {seeds:.2f}, threshold "
+                    f"{v['matched_threshold']:.2f}); the size-blind Jaccard rule: "
+                    f"{_said(v['task_specific'], v.get('task_specific_reach'))}")
+    elif v["task_specific"] is not None:
         closest = max(summary["nonsense"], key=lambda r: (r["jaccard_with_task"], r["kind"]))
         chance = (f" (chance at these sizes {chance_jaccard(summary['seeds'][0]['kept'], closest['kept'], v['total_directions']):.2f})"
                   if v.get("total_directions") else "")

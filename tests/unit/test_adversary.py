@@ -135,3 +135,20 @@ def test_survival_at_its_boundary():
 
     curve = pd.DataFrame(dict(start=["rule", "rule"], step=[0, 20], kl=[0.1, 0.21], best=[0.1, 0.21]))
     assert survives(curve, 0.21) and not survives(curve, 0.2099)
+
+
+def test_random_token_nonsense_corrupts_exactly_the_positions_the_task_corrupts():
+    """The corrupted random-token prompt differs from its clean one where, and only where, the task's own
+    corrupted prompt differs from its clean one: a corruption as large as the task's, not a new draw everywhere."""
+    model = cached_model("tiny-llama", "fold_norm")
+    for name in ("ioi", "gender"):
+        from helpers.singular.tasks import make_task
+
+        task = make_task(name, model, 8, seed=0)
+        nonsense = nonsense_task(task, "random_tokens", seed=4)
+        for i in range(len(task)):
+            end = int(task.answer_pos[i]) + 1
+            task_changed = (task.clean[i, :end] != task.corrupted[i, :end]).nonzero().squeeze(1).tolist()
+            changed = (nonsense.clean[i, :end] != nonsense.corrupted[i, :end]).nonzero().squeeze(1).tolist()
+            assert changed == task_changed and changed, (name, i)
+            assert torch.equal(nonsense.corrupted[i, end:], task.corrupted[i, end:])

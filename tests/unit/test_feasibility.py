@@ -211,3 +211,77 @@ def test_no_residual_however_large_takes_a_real_models_kl_past_its_ceiling(name)
             hooked = model.bridge.run_with_hooks(tokens, fwd_hooks=[("ln_final.hook_in", lambda x, hook: noise[None].to(x))])
             worst = max(worst, float(_kl(log_p, hooked[0, -1:].double())))
     assert 0 < worst <= float(ceiling)
+
+
+# --- task-specificity at matched size, corrected for chance -------------------------------------------------
+
+def test_the_chance_corrected_overlap_by_hand():
+    from helpers.feasibility import corrected_overlap, corrected_range
+
+    assert corrected_overlap(25, 50, 50, 100) == 0.0  # the expected overlap of two halves
+    assert corrected_overlap(50, 50, 50, 100) == 1.0 and corrected_overlap(0, 50, 50, 100) == -1.0
+    assert corrected_overlap(30, 50, 50, 100) == pytest.approx(0.2)
+    assert corrected_range(72, 72, 100) == (pytest.approx((44 - 51.84) / (72 - 51.84)), 1.0)
+    with pytest.raises(ValueError, match="share between 44 and 72"):
+        corrected_overlap(43, 72, 72, 100)
+    with pytest.raises(ValueError, match="differs from chance"):
+        corrected_overlap(100, 100, 100, 100)
+
+
+def test_the_matched_rule_is_reachable_at_every_size_the_runs_have_and_decided_at_the_extremes():
+    from helpers.feasibility import corrected_range, matched_specificity_reach
+
+    for kept in (62_650, 38_335, 42_435):  # the three tasks' circuits: both outcomes reachable at matched size
+        assert matched_specificity_reach(kept, N, 0.5 * 0.3).informative
+    low, _ = corrected_range(90, 90, 100)  # two sets of 90 in 100 share at least 80: (80 − 81) / (90 − 81)
+    assert low == pytest.approx(-1 / 9)
+    assert matched_specificity_reach(90, 100, low).informative  # at the floor: within
+    out = matched_specificity_reach(90, 100, low - 1e-9)
+    assert (out.yes, out.no) == (False, True) and "beyond chance" in out.decided_by
+    assert not matched_specificity_reach(90, 100, 1.0).no
+
+
+def test_the_matched_rule_at_its_boundary_and_its_declared_ratio():
+    matched = [dict(pair="seeds", corrected=0.6), dict(pair="seeds", corrected=0.5), dict(pair="nonsense", corrected=0.25),
+               dict(pair="nonsense", corrected=0.1)]
+    assert validation.specific_at_matched_size(matched, 0.5)  # 0.25 = 0.5 × 0.5: within
+    matched[2]["corrected"] = 0.2501
+    assert not validation.specific_at_matched_size(matched, 0.5)
+    with pytest.raises(ValueError, match="a pair of seeds and a nonsense"):
+        validation.specific_at_matched_size(matched[2:], 0.5)
+    assert validation.matched_rule() == {"ratio": 0.5}
+
+
+def test_matched_overlaps_cut_every_circuit_to_k_and_count_by_hand():
+    import torch
+
+    from helpers.singular.masks import DirectionMasks
+    from tests.conftest import cached_model
+
+    model = cached_model("tiny-llama", "fold_norm")
+
+    def masks_ranking(order_seed):
+        masks = DirectionMasks(model, parametrisation="hard_concrete")
+        generator = torch.Generator().manual_seed(order_seed)
+        with torch.no_grad():
+            for logit in masks.logits.values():
+                logit.copy_(torch.randn(logit.shape, generator=generator))
+        return masks
+
+    seeds = {0: masks_ranking(0), 1: masks_ranking(1)}
+    nonsense = {"shuffled": masks_ranking(0), "random_tokens": masks_ranking(2)}  # shuffled: the same ranking as seed 0
+    k = 100
+    rows = validation.matched_overlaps(seeds, nonsense, k)
+    assert [(r["pair"], r["a"], r["b"]) for r in rows] == [("seeds", "seed 0", "seed 1"), ("nonsense", "seed 0", "shuffled"),
+                                                           ("nonsense", "seed 0", "random_tokens")]
+    n = seeds[0].count()
+
+    def top(masks):  # oracle: the k largest logits, by a plain sort of the flat logits
+        flat = torch.cat([masks.logits[name].detach().reshape(-1) for name in masks.logits])
+        return set(torch.sort(flat, descending=True, stable=True).indices[:k].tolist())
+
+    for row, (a, b) in zip(rows, [(seeds[0], seeds[1]), (seeds[0], nonsense["shuffled"]), (seeds[0], nonsense["random_tokens"])]):
+        both = len(top(a) & top(b))
+        assert row["both"] == both and row["k"] == k and row["n"] == n
+        assert row["corrected"] == pytest.approx((both - k * k / n) / (k - k * k / n))
+    assert rows[1]["corrected"] == 1.0

@@ -115,7 +115,8 @@ def test_the_binarised_masks_of_a_circuit_file_are_its_kept_set(tmp_path):
     assert row["kept"] == circuit.n_kept()
 
 
-def seven_summary(survives=(True, False), nonsense=(0.1, 0.15), seeds=(0.4, 0.5, 0.6), task=200, controls=(350, None)):
+def seven_summary(survives=(True, False), nonsense=(0.1, 0.15), seeds=(0.4, 0.5, 0.6), task=200, controls=(350, None),
+                  matched=None):
     rules = load_attack_rules()
     attack = pd.DataFrame([dict(label=f"ioi-{i}", role=f"role {i}", circuit=which, kept=10, kept_fraction=0.1,
                                 under_rule_kl=0.1, stochastic_mean_kl=0.1, stochastic_max_kl=0.2,
@@ -131,8 +132,8 @@ def seven_summary(survives=(True, False), nonsense=(0.1, 0.15), seeds=(0.4, 0.5,
     weights = pd.DataFrame([dict(control=c, kl=0.5 if k is None else 0.1, at_bound_kept=k,
                                  at_bound_kept_fraction=None if k is None else k / 1000,
                                  at_bound_kl=None if k is None else 0.1) for c, k in zip(("random-init", "permuted"), controls)])
-    verdicts = judged(attack, seed_table, jaccards, nonsense_table, weights, rules, 1000)
-    return dict(task="ioi", total_directions=1000, verdicts=verdicts, attack_table=attack.to_dict("records"), seeds=seed_table.to_dict("records"),
+    verdicts = judged(attack, seed_table, jaccards, nonsense_table, weights, rules, 1000, matched)
+    return dict(task="ioi", total_directions=1000, verdicts=verdicts, matched_overlaps=matched or [], attack_table=attack.to_dict("records"), seeds=seed_table.to_dict("records"),
                 seed_jaccards=jaccards, nonsense=nonsense_table.to_dict("records"),
                 weight_controls=weights.astype(object).where(weights.notna(), None).to_dict("records"))
 
@@ -175,7 +176,8 @@ def test_the_count_within_the_bound_is_found_by_bisection_and_a_kl_at_the_bound_
 def test_the_attack_alone_leaves_every_control_table_empty_but_readable_and_every_other_verdict_untested():
     """The workshop size: one seed, no nonsense, no weight control; the tables keep their columns (the
     notebook displays them), and the verdicts they would give are "not tested", never a vacuous yes."""
-    nonsense = nonsense_controls(None, None, None, None, [], None, 0.21)
+    nonsense, nonsense_masks = nonsense_controls(None, None, None, None, [], None, 0.21)
+    assert nonsense_masks == {}
     weights = weight_controls("tiny-llama", "fold_norm", None, None, None, [], 0.21)
     assert nonsense.empty and {"kind", "jaccard_with_task", "at_bound_kept_fraction", "at_bound_kl"} <= set(nonsense.columns)
     assert weights.empty and {"control", "at_bound_kept", "at_bound_kept_fraction", "at_bound_kl"} <= set(weights.columns)
@@ -188,3 +190,20 @@ def test_the_attack_alone_leaves_every_control_table_empty_but_readable_and_ever
     alone = dict(summary, verdicts=verdicts, seed_jaccards=[], nonsense=[], weight_controls=[])
     assert "task-specific: not tested" in verdict_line(alone)
     assert "matter to the kept fraction?** not tested." in findings(alone)
+
+
+def test_task_specificity_at_matched_size_supersedes_the_size_blind_rule_in_the_verdict():
+    """Seeds overlap by 0.5 beyond chance; a nonsense circuit by 0.25 (exactly half: within) or 0.3 (beyond)."""
+    def rows(nonsense):
+        return [dict(pair="seeds", a="seed 0", b="seed 1", k=300, n=1000, corrected=0.5),
+                dict(pair="nonsense", a="seed 0", b="shuffled", k=300, n=1000, corrected=nonsense)]
+
+    specific = seven_summary(matched=rows(0.25))
+    v = specific["verdicts"]
+    assert v["task_specific_matched"] is True and v["matched_threshold"] == 0.25
+    assert v["task_specific_matched_reach"] == dict(yes=True, no=True, decided_by="")
+    line = verdict_line(specific)
+    assert "task-specific at matched size: yes (every circuit cut to 300 of 1,000 directions" in line
+    assert "the size-blind Jaccard rule: yes" in line
+    assert seven_summary(matched=rows(0.3))["verdicts"]["task_specific_matched"] is False
+    assert seven_summary()["verdicts"]["task_specific_matched"] is None  # no matched rows: not judged at matched size
