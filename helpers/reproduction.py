@@ -97,7 +97,8 @@ def results_page(manifest: dict, rules_file: Path = RULES_FILE) -> str:
            "which give each bound's reason. Our models stand in for the papers' models: a claim not reproduced "
            "here may still hold on the paper's model, and the last column says what else limits each verdict.",
            "", "Verdicts: **reproduced**; **not reproduced**; **holds only under the paper's rule**; "
-           "**uninformative: a control passes too**; **not testable here** (with the reason).", ""]
+           "**uninformative: a control passes too**; **uninformative: decided by …** (the run's sizes or models fixed the "
+           "outcome before the data was read: `helpers.feasibility`); **not testable here** (with the reason).", ""]
     for paper, (title, cite) in PAPERS.items():
         out += [f"## {title}", "", cite, "", f"![summary of paper {paper}]({FIGURES[paper]})", "",
                 "| Claim (paper's model) | Paper's recipe or judge, our model | Ours | Control | Verdict | First caveat | Shown in |",

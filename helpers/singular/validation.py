@@ -118,9 +118,12 @@ def matched_overlaps(seed_masks: dict, nonsense_masks: dict, k: int) -> list[dic
     """Every overlap the matched-size rule reads, each circuit cut to its own ``k`` top-ranked directions (largest
     mask logits first, ``binarise_top``; k: the task circuit's count): every pair of seeds, then the first seed's
     against each nonsense circuit. Each row: the Jaccard, its chance level, and the overlap corrected for chance
-    (``helpers.feasibility.corrected_overlap``: 0 at chance, 1 for the same set)."""
+    (``helpers.feasibility.corrected_overlap``: 0 at chance, 1 for the same set). Empty when the task circuit
+    keeps every direction or none: two such sets overlap exactly as chance says, and there is nothing to judge."""
     from helpers.feasibility import chance_jaccard, corrected_overlap
 
+    if not 0 < k < next(iter(seed_masks.values())).count():
+        return []
     cut = {name: binarise_top(masks, k) for name, masks in
            [*((f"seed {s}", m) for s, m in sorted(seed_masks.items())), *((kind, m) for kind, m in nonsense_masks.items())]}
     first = f"seed {min(seed_masks)}"

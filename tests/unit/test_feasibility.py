@@ -285,3 +285,4 @@ def test_matched_overlaps_cut_every_circuit_to_k_and_count_by_hand():
         assert row["both"] == both and row["k"] == k and row["n"] == n
         assert row["corrected"] == pytest.approx((both - k * k / n) / (k - k * k / n))
     assert rows[1]["corrected"] == 1.0
+    assert validation.matched_overlaps(seeds, nonsense, n) == [] and validation.matched_overlaps(seeds, nonsense, 0) == []
