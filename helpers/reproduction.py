@@ -239,6 +239,7 @@ def verdict_reach(summaries: dict, claims: list[Claim]) -> str:
     to be yes (a planted mechanism) and its outcome, the case known to be no and its outcome, and whether both
     outcomes were reachable at the runs' own sizes (``helpers.feasibility``)."""
     from helpers.singular.adversary import load_attack_rules
+    from helpers.singular.validation import specificity_key
 
     rows = ["| Verdict rule | Known yes: case, outcome | Known no: case, outcome | Both outcomes reachable at the run's sizes |",
             "|---|---|---|---|"]
@@ -272,8 +273,8 @@ def verdict_reach(summaries: dict, claims: list[Claim]) -> str:
             return "no circuit within the bound" if value is None else ("says yes" if value else "says no")
 
         def reach(task, key):
-            if key == "task_specific" and judged[task].get("task_specific_matched") is not None:
-                key = "task_specific_matched"  # the matched-size rule supersedes the size-blind one where it ran
+            if key == "task_specific":
+                key = specificity_key(judged[task])
             if judged[task][key] is None:
                 return "not judged"
             return "yes" if not (judged[task][key + "_reach"] or {}).get("decided_by") else "no, decided by set sizes"

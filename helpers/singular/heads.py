@@ -254,14 +254,23 @@ head, beyond the control head's largest single-direction effect. An effect a ten
 a subfunction the head carries should move."""
 
 
-def per_prompt_metric(evaluator: CircuitEvaluator, circuit: FixedMasks) -> torch.Tensor:
-    """[n] The task metric of each held-out prompt with ``circuit`` under the evaluator's rule (on the CPU)."""
+def _ablated(evaluator: CircuitEvaluator, circuit: FixedMasks) -> tuple[torch.Tensor, float, float]:
+    """One masked forward on the evaluator's held-out prompts: the metric of each prompt [n] (float64, CPU), and
+    the mean metric and mean KL exactly as ``CircuitEvaluator.evaluate`` computes them."""
     from helpers.singular.circuits import task_metric
+    from helpers.singular.references import kl_to_full
 
     with torch.no_grad():
         logits = evaluator.masked.masked_final_logits(circuit, evaluator.rule, evaluator.task.clean,
                                                       evaluator.task.answer_pos, evaluator.prepared.references)
-    return task_metric(evaluator.task, logits)[0].double().cpu()
+    metric = task_metric(evaluator.task, logits)[0]
+    return (metric.double().cpu(), float(metric.mean()),
+            float(kl_to_full(evaluator.prepared.log_p_full, logits).mean()))
+
+
+def per_prompt_metric(evaluator: CircuitEvaluator, circuit: FixedMasks) -> torch.Tensor:
+    """[n] The task metric of each held-out prompt with ``circuit`` under the evaluator's rule (on the CPU)."""
+    return _ablated(evaluator, circuit)[0]
 
 
 def mean_interval(values: torch.Tensor, resamples: int = MARGIN_RESAMPLES, level: float = 0.95,
@@ -305,17 +314,15 @@ def ablation_effects(evaluator: CircuitEvaluator, model, spectra: dict[str, torc
         jobs = tqdm(jobs, desc=f"ablating directions of L{layer}.H{head}")
     rows = []
     for kind, k in jobs:
-        ablated = _without(ones, kind, [(layer, head, k)])
-        result = evaluator.evaluate(ablated)
-        _, low, high = mean_interval(per_prompt_metric(evaluator, ablated) - base_prompts, level=EFFECT_RULE["level"],
-                                     seed=seed)
+        prompts, metric, kl = _ablated(evaluator, _without(ones, kind, [(layer, head, k)]))  # one forward for all three
+        _, low, high = mean_interval(prompts - base_prompts, level=EFFECT_RULE["level"], seed=seed)
         controls = [evaluator.evaluate(_without(ones, kind, [c]))["metric"] - base["metric"]
                     for c in _matched_controls(spectra[kind], layer, head, k, n_controls, 8 * n_controls, generator)]
         rows.append(dict(kind=kind, direction=k, sigma=float(spectra[kind][layer, head, k]),
-                         metric_change=result["metric"] - base["metric"], effect_low=low, effect_high=high,
-                         kl=result["kl"], control_mean=float(np.mean(controls)),
+                         metric_change=metric - base["metric"], effect_low=low, effect_high=high,
+                         kl=kl, control_mean=float(np.mean(controls)),
                          control_max_abs=float(np.max(np.abs(controls))),
-                         beyond_controls=abs(result["metric"] - base["metric"]) > float(np.max(np.abs(controls)))))
+                         beyond_controls=abs(metric - base["metric"]) > float(np.max(np.abs(controls)))))
     return pd.DataFrame(rows)
 
 

@@ -190,7 +190,8 @@ def control_counts(weights: pd.DataFrame, bound: float, total: int) -> tuple[dic
         if row.kl != row.kl or row.kl > bound:
             failed.append(row.control)
         else:
-            counts[row.control] = _count(row.at_bound_kept) if _count(row.at_bound_kept) is not None else total
+            kept = _count(row.at_bound_kept)
+            counts[row.control] = total if kept is None else kept
     return counts, failed
 
 
@@ -201,8 +202,9 @@ def kl_ceiling(log_p_full: torch.Tensor, unembed: torch.Tensor, bias: torch.Tens
     its gain folded into ``unembed`` [vocab, d]), so every logit is l = unembed · y + bias with ‖y‖ ≤ radius.
     KL = logsumexp(l) − E_p[l] − H(p) ≤ max_u (l_u − E_p[l]) + log V − H(p), and over every such y,
     max_u (l_u − E_p[l]) = max_u (radius · ‖a_u − E_p[a]‖ + b_u − E_p[b]) (a soft-cap c bounds it by 2c too).
-    The y along the maximising row's a_u − E_p[a] comes within log V of the bound. An attack whose KL comes near this bound has driven the output as far from the full model's as
-    the model can express: the number saturates there, by the model's geometry, not by rounding."""
+    The y along the maximising row's a_u − E_p[a] comes within log V of the bound. An attack whose KL comes near
+    this bound has driven the output as far from the full model's as the model can express: the number
+    saturates there, by the model's geometry, not by rounding."""
     log_p = log_p_full.double()
     p = log_p.exp()
     A, b = unembed.double(), bias.double()
@@ -481,11 +483,18 @@ def overlap_rows(jaccards: list[dict], nonsense: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["name", "pair", "jaccard"])
 
 
+def specificity_key(verdicts: dict) -> str:
+    """The task-specificity verdict that stands: at matched size where it was judged (it supersedes the
+    size-blind rule), else the size-blind one."""
+    return "task_specific_matched" if verdicts.get("task_specific_matched") is not None else "task_specific"
+
+
 def controls_title(task: str, verdicts: dict) -> str:
     """The controls figure's point, from the verdicts (a verdict its sizes decided says so)."""
+    key = specificity_key(verdicts)
     specific = {None: "task-specificity not tested", True: "the circuit is task-specific",
-                False: "the circuit is NOT task-specific"}[verdicts["task_specific"]]
-    if _said(verdicts["task_specific"], verdicts.get("task_specific_reach")).startswith("uninformative"):
+                False: "the circuit is NOT task-specific"}[verdicts[key]]
+    if _said(verdicts[key], verdicts.get(key + "_reach")).startswith("uninformative"):
         specific = "task-specificity decided by set sizes"
     weights = {None: "untrained weights not compared", True: "untrained weights need clearly more directions",
                False: "untrained weights need no clearly larger share"}[verdicts["weights_matter"]]

@@ -206,4 +206,9 @@ def test_task_specificity_at_matched_size_supersedes_the_size_blind_rule_in_the_
     assert "task-specific at matched size: yes (every circuit cut to 300 of 1,000 directions" in line
     assert "the size-blind Jaccard rule: yes" in line
     assert seven_summary(matched=rows(0.3))["verdicts"]["task_specific_matched"] is False
+    from helpers.singular.validation import controls_title
+
+    # the figure's title follows the rule that stands: matched size says NOT where the size-blind rule says yes
+    assert controls_title("ioi", specific["verdicts"]).startswith("ioi: the circuit is task-specific;")
+    assert controls_title("ioi", seven_summary(matched=rows(0.3))["verdicts"]).startswith("ioi: the circuit is NOT task-specific;")
     assert seven_summary()["verdicts"]["task_specific_matched"] is None  # no matched rows: not judged at matched size
