@@ -1,0 +1,419 @@
+"""Scoring masks against a planted mechanism (docs/methods.md §1.9): the ground truth, recall and AUROC,
+necessity, and notebook 08's run over the declared sites and strengths.
+
+The ground truth of a plant (``helpers.singular.planted``) is the planted head's singular directions whose read
+and write vectors both put at least a declared energy share in the plant's subspaces. Trained masks recover it
+when they keep it at their own cut and rank it above the other directions (AUROC of the mask logits, as
+InterpBench scores components). The plant is necessary to the task when mean-ablating only those directions
+removes its logit-difference gain and a same-count random set of the head's directions does not. Every rule
+is read from ``data/planted_mechanisms.toml``, declared before the first run.
+"""
+from __future__ import annotations
+
+import gc
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from helpers.core.declared import load_declared
+from helpers.core.weights import layer_weights
+from helpers.singular.augmented import layer_svds
+
+PLANT_RULES = Path(__file__).resolve().parents[2] / "data" / "planted_mechanisms.toml"
+RULE_KEYS = {"plant": {"n_pairs", "pairs_seed", "qk_boost", "ridge", "probe_prompts", "effect_prompts",
+                       "negative_texts", "unrelated_texts", "share", "why"},
+             "drives_task": {"min_accuracy"}, "recovered": {"min_recall", "min_auroc"},
+             "necessary": {"max_remaining", "min_remaining_random", "bootstrap"}, "unplanted": {"circuit_ratio"}}
+SITE_KEYS = {"name", "layer", "head", "strengths"}
+
+
+def load_plant_rules(path: str | Path = PLANT_RULES) -> dict:
+    """The declared plants and rules: every key of every section present and none unknown; each site holds
+    exactly name, layer, head and strengths."""
+    table = load_declared(path, RULE_KEYS)
+    sites = table.get("sites") or []
+    if not sites:
+        raise ValueError(f"{path}: no [[sites]] declared: declare at least one site (name, layer, head, strengths)")
+    for site in sites:
+        if set(site) != SITE_KEYS:
+            raise ValueError(f"{path}: a [[sites]] entry must hold exactly {sorted(SITE_KEYS)}; got {sorted(site)}")
+        if not site["strengths"] or any(s <= 0 for s in site["strengths"]):
+            raise ValueError(f"{path}: site {site['name']!r} strengths={site['strengths']}: expected strengths > 0")
+    return table
+
+
+def chosen_sites(rules: dict, subset: dict | None = None) -> list[dict]:
+    """The declared sites, or the declared ``subset`` ({site name: [strengths…]}, each one declared) of them."""
+    sites = {s["name"]: s for s in rules["sites"]}
+    if subset is None:
+        return list(sites.values())
+    out = []
+    for name, strengths in subset.items():
+        if name not in sites:
+            raise ValueError(f"sites={{{name!r}: …}}: no such declared site; declared: {sorted(sites)}")
+        unknown = [s for s in strengths if float(s) not in sites[name]["strengths"]]
+        if unknown or not strengths:
+            raise ValueError(f"sites={{{name!r}: {strengths}}}: strengths {unknown or strengths} are not among the "
+                             f"declared {sites[name]['strengths']} (data/planted_mechanisms.toml): choose from those")
+        out.append({**sites[name], "strengths": [float(s) for s in strengths]})
+    return out
+
+
+
+
+def energy_share(vectors: torch.Tensor, basis: torch.Tensor) -> torch.Tensor:
+    """[r] the share of each unit column of ``vectors`` [m, r] that lies in span(``basis`` [m', k]); where
+    m = m' + 1 the first row (the augmented bias coordinate) is outside the basis."""
+    V = vectors.double()
+    if V.shape[0] == basis.shape[0] + 1:
+        V = V[1:]
+    return ((basis.double().T @ V) ** 2).sum(0) / (vectors.double() ** 2).sum(0)
+
+
+def planted_directions(model, plant: Plant, share: float = 0.5) -> dict[str, list[int]]:
+    """The planted head's singular directions of the planted model (``model``) whose read and write vectors
+    both put at least ``share`` of their energy in the plant's subspaces: {"ov": [k…], "qk": [k…]}, by
+    index in the head's SVD (the masks' order)."""
+    if not 0.0 < share <= 1.0:
+        raise ValueError(f"share={share}: expected a fraction in (0, 1]")
+    svds = layer_svds(layer_weights(model, plant.spec.layer, device="cpu"))
+    h = plant.spec.head
+    out = {}
+    for kind, read, write in (("ov", plant.ov_read, plant.ov_write), ("qk", plant.qk_query, plant.qk_key)):
+        svd = svds[kind]
+        live = svd.S[h] > svd.S[h].max() * 1e-6
+        both = (energy_share(svd.U[h], read) >= share) & (energy_share(svd.V[h], write) >= share) & live
+        out[kind] = [int(k) for k in torch.nonzero(both).flatten()]
+    return out
+
+
+def block_offsets(blocks: dict[str, torch.Tensor]) -> dict[str, int]:
+    """Where each block starts in the blocks' flat concatenation (their order)."""
+    out, offset = {}, 0
+    for name, block in blocks.items():
+        out[name] = offset
+        offset += block.numel()
+    return out
+
+
+def flat_indices(blocks: dict[str, torch.Tensor], layer: int, head: int, directions: dict[str, list[int]]) -> list[int]:
+    """Flat indices (blocks concatenated in order) of one head's directions {"ov": [k…], "qk": [k…]}."""
+    offsets = block_offsets(blocks)
+    out = []
+    for kind, ks in directions.items():
+        block = blocks[f"{layer}_{kind}"]
+        out += [offsets[f"{layer}_{kind}"] + head * block.shape[-1] + k for k in ks]
+    return sorted(out)
+
+
+def mid_ranks(values: np.ndarray) -> np.ndarray:
+    """1-based ranks in descending order, ties sharing the mean of their ranks."""
+    order = np.argsort(-values, kind="stable")
+    ranks = np.empty(len(values), dtype=np.float64)
+    sorted_values = values[order]
+    start = 0
+    while start < len(values):
+        stop = start
+        while stop + 1 < len(values) and sorted_values[stop + 1] == sorted_values[start]:
+            stop += 1
+        ranks[order[start:stop + 1]] = (start + stop) / 2 + 1
+        start = stop + 1
+    return ranks
+
+
+def auroc(scores: np.ndarray, positive: np.ndarray) -> float:
+    """P(score of a random positive > score of a random negative), ties counting one half (Mann–Whitney)."""
+    scores, positive = np.asarray(scores, dtype=np.float64), np.asarray(positive, dtype=bool)
+    n_pos, n_neg = int(positive.sum()), int((~positive).sum())
+    if n_pos == 0 or n_neg == 0:
+        raise ValueError(f"AUROC needs positives and negatives; got {n_pos} and {n_neg}")
+    ascending = len(scores) + 1 - mid_ranks(scores)
+    return float((ascending[positive].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
+def recovery(logits: dict[str, torch.Tensor], truth: list[int]) -> dict:
+    """How trained masks (their logits, blocks in order) score the planted directions (flat indices):
+    recall at the masks' own cut (logit > 0), each planted direction's rank among all (1 = largest logit,
+    ties mid-ranked), and the AUROC of the logits for planted against all others."""
+    if not truth:
+        raise ValueError("no planted direction to score: the plant left none above the declared energy share")
+    flat = torch.cat([v.detach().reshape(-1).double().cpu() for v in logits.values()]).numpy()
+    positive = np.zeros(len(flat), dtype=bool)
+    positive[truth] = True
+    ranks = mid_ranks(flat)[positive]
+    return dict(n_planted=len(truth), recall=float((flat[positive] > 0).mean()), kept=int((flat > 0).sum()),
+                total=len(flat), worst_rank=float(ranks.max()), median_rank=float(np.median(ranks)),
+                auroc=auroc(flat, positive))
+
+
+def random_directions(blocks: dict[str, torch.Tensor], layer: int, head: int, truth: dict[str, list[int]],
+                      seed: int = 0) -> dict[str, list[int]]:
+    """As many directions of each kind as ``truth`` holds, drawn at random (``seed``) from the same head's
+    other directions: the same-count random set that necessity and recovery are compared with."""
+    generator = torch.Generator().manual_seed(seed)
+    out = {}
+    for kind, ks in truth.items():
+        width = blocks[f"{layer}_{kind}"].shape[-1]
+        others = torch.tensor([k for k in range(width) if k not in ks])
+        out[kind] = sorted(others[torch.randperm(len(others), generator=generator)[: len(ks)]].tolist())
+    return out
+
+
+def ablation_masks(blocks: dict[str, torch.Tensor], layer: int, head: int, off: dict[str, list[int]]) -> dict[str, torch.Tensor]:
+    """Mask values with one head's directions ``off`` ({"ov": [k…], "qk": [k…]}) at 0 and every other at 1."""
+    values = {name: torch.ones_like(b) for name, b in blocks.items()}
+    for kind, ks in off.items():
+        values[f"{layer}_{kind}"][head, ks] = 0.0
+    return values
+
+
+def remaining_share(ablated: torch.Tensor, planted: torch.Tensor, unplanted: torch.Tensor, n_boot: int = 2000,
+                    seed: int = 0) -> dict:
+    """The share of the plant's gain that an ablation leaves: (mean ablated − mean unplanted) / (mean planted −
+    mean unplanted) of a per-prompt metric on the same prompts, with a 95 % CI from a paired bootstrap over
+    prompts (percentile). 1: the ablation changed nothing; 0: it brought the metric back to the unplanted
+    model's. None where the plant adds nothing (its gain is not positive)."""
+    a, p, u = (torch.as_tensor(x, dtype=torch.float64).cpu() for x in (ablated, planted, unplanted))
+    if not a.shape == p.shape == u.shape or a.ndim != 1:
+        raise ValueError(f"per-prompt metrics of the same prompts expected; got shapes {a.shape}, {p.shape}, {u.shape}")
+    gain = float((p - u).mean())
+    if gain <= 0:
+        return dict(share=None, low=None, high=None, gain=gain)
+    rows = torch.randint(len(a), (n_boot, len(a)), generator=torch.Generator().manual_seed(seed))
+    boot = (a[rows] - u[rows]).mean(1) / (p[rows] - u[rows]).mean(1)
+    low, high = torch.quantile(boot, torch.tensor([0.025, 0.975], dtype=torch.float64)).tolist()
+    return dict(share=float((a - u).mean()) / gain, low=low, high=high, gain=gain)
+
+
+def metric_per_prompt(masked, task, rule, values: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
+    """[n] the logit difference of ``task`` with the masks ``values`` applied under ``rule`` (None: the model
+    itself), on the CPU."""
+    from helpers.singular.masks import FixedMasks
+    from helpers.singular.references import prepare
+    from helpers.singular.tasks import logit_diff
+
+    task = task.to(masked.model.device)
+    with torch.no_grad():
+        if values is None:
+            logits = masked.final_logits(task.clean, task.answer_pos)
+        else:
+            references = prepare(masked, task, rule).references
+            logits = masked.masked_final_logits(FixedMasks(values), rule, task.clean, task.answer_pos, references)
+    return logit_diff(logits, task).double().cpu()
+
+
+# --- verdicts ------------------------------------------------------------------------------------------------
+
+def drives_task(accuracy: float, rules: dict) -> bool:
+    """The plant drives the task: held-out accuracy at least the declared minimum."""
+    return accuracy >= rules["drives_task"]["min_accuracy"]
+
+
+def recovered(scores: dict | None, rules: dict) -> bool | None:
+    """The masks recover the plant: recall and AUROC at least the declared minima (None: no ground truth)."""
+    if scores is None:
+        return None
+    return scores["recall"] >= rules["recovered"]["min_recall"] and scores["auroc"] >= rules["recovered"]["min_auroc"]
+
+
+def necessary(planted: dict | None, random: dict | None, rules: dict) -> bool | None:
+    """Ablating the plant removes its gain (the CI's upper end at most ``max_remaining``) and the same-count random
+    set does not (its CI's lower end at least ``min_remaining_random``). None where either share is undefined."""
+    if planted is None or random is None or planted["share"] is None or random["share"] is None:
+        return None
+    rule = rules["necessary"]
+    return planted["high"] <= rule["max_remaining"] and random["low"] >= rule["min_remaining_random"]
+
+
+def beats_random(kl: float, random_kl: float, rules: dict) -> bool:
+    """A circuit beats its random control: the random control's held-out KL is at least ``circuit_ratio`` times
+    the circuit's."""
+    return random_kl > 0 and random_kl >= rules["unplanted"]["circuit_ratio"] * kl
+
+
+# --- notebook 08's run ---------------------------------------------------------------------------------------
+
+def prompt_sets(model, rules: dict, n_masking: int, seed: int = 0, fast: bool = False) -> dict:
+    """The pairs and the disjoint prompt sets of one run: probes, effects, masking (split half/half into the
+    masks' training and held-out prompts, as notebook 02 splits), and the unrelated texts (the probes' negatives,
+    the plant's KL measured on others)."""
+    from helpers.singular.planted import draw_pairs, planted_sets, unrelated_tokens
+
+    plant = rules["plant"]
+    scale = 4 if fast else 1
+    pairs = draw_pairs(model.tokenizer, plant["n_pairs"], plant["pairs_seed"])
+    sets = planted_sets(model, pairs, dict(probe=plant["probe_prompts"] // scale, effects=plant["effect_prompts"] // scale,
+                                           masking=n_masking), seed)
+    train, held_out = sets["masking"].task.split(0.5, seed=seed)
+    unrelated_n = max(plant["unrelated_texts"] // scale, 2)
+    return dict(pairs=pairs, probe=sets["probe"], effects=sets["effects"], train=train, held_out=held_out,
+                unrelated=unrelated_tokens(model, n=unrelated_n),
+                negatives=unrelated_tokens(model, n=max(plant["negative_texts"] // scale, 2), skip=unrelated_n))
+
+
+def judged_masks(masked, masks, sets: dict, run, control_seeds: int) -> dict:
+    """The trained masks' circuit on the held-out prompts (``evaluate_circuit``: kept share, KL, its random
+    control's KL) and the logit difference it keeps."""
+    from helpers.singular.circuits import CircuitEvaluator, evaluate_circuit
+    from helpers.singular.masks import FixedMasks
+
+    evaluator = CircuitEvaluator(masked, sets["held_out"], run.rule())
+    row = evaluate_circuit(evaluator, FixedMasks.binarised(masks), control_seeds)
+    return {k: row[k] for k in ("kept", "kept_fraction", "kl", "random_kl", "metric", "full_metric", "random_metric")}
+
+
+def plant_and_recover(base, site: dict, strength: float, sets: dict, run, rules: dict, unplanted_metric: torch.Tensor,
+                      control_seeds: int = 3, progress: bool = True) -> tuple[dict, dict]:
+    """One declared plant, start to end: design it on the unplanted ``base`` (its probes on the probe prompts), write
+    it into a fresh copy, measure what it does (accuracy, attention, KL on unrelated text), find its ground
+    truth, train notebook 02's masks (``run``) on the planted task, and score them: recall, ranks and AUROC
+    (beside a same-count random set of the head's directions scored the same way), the circuit against its
+    random control, and necessity (mean-ablating the ground truth, and the random set). Returns (the row, the
+    trained masks' logits)."""
+    from helpers.singular.masks import AblationRule, MaskedModel
+    from helpers.singular.planted import PlantSpec, design_plant, plant_effects, planted_model
+    from helpers.singular.training import train_masks
+
+    plant_rules = rules["plant"]
+    spec = PlantSpec(site["layer"], site["head"], float(strength), qk_boost=plant_rules["qk_boost"],
+                     n_pairs=plant_rules["n_pairs"], ridge=plant_rules["ridge"], seed=plant_rules["pairs_seed"])
+    plant = design_plant(base, spec, sets["probe"], sets["negatives"])
+    model = planted_model(base.name, plant, base.processing, base.device)
+    effects = plant_effects(model, base, sets["effects"], spec, sets["unrelated"])
+    truth = planted_directions(model, plant, plant_rules["share"])
+    masked = MaskedModel(model)
+    masks, history = train_masks(masked, sets["train"], run.rule(), run.train_config(), progress=progress)
+    logits = {name: p.detach().cpu() for name, p in masks.logits.items()}
+    found = sum(len(v) for v in truth.values())
+    decoy = random_directions(logits, spec.layer, spec.head, truth, seed=plant_rules["pairs_seed"])
+    scores = recovery(logits, flat_indices(logits, spec.layer, spec.head, truth)) if found else None
+    decoy_scores = recovery(logits, flat_indices(logits, spec.layer, spec.head, decoy)) if found else None
+    circuit = judged_masks(masked, masks, sets, run, control_seeds)
+    mean = AblationRule.uniform("mean", "all")
+    planted_metric = metric_per_prompt(masked, sets["held_out"], mean)
+    n_boot = rules["necessary"]["bootstrap"]
+    remaining = {label: remaining_share(metric_per_prompt(masked, sets["held_out"], mean,
+                                                          ablation_masks(logits, spec.layer, spec.head, off)),
+                                        planted_metric, unplanted_metric, n_boot, seed=plant_rules["pairs_seed"])
+                 for label, off in (("planted", truth), ("random", decoy))} if found else {"planted": None, "random": None}
+    row = dict(site=site["name"], layer=spec.layer, head=spec.head, strength=spec.ov_strength, model=model.name,
+               sigma_ov=plant.sigma_ov, head_sigma_ov=plant.head_sigma_ov, sigma_qk_ratio=plant.sigma_qk / plant.head_sigma_qk,
+               **{k: v for k, v in effects.items() if k not in ("ov_strength", "qk_boost")},
+               truth=truth, n_truth=found, random_set=decoy, recovery=scores, random_recovery=decoy_scores,
+               circuit=circuit, train_kl=float(history["kl"].iloc[-1]), remaining=remaining,
+               drives_task=drives_task(effects["accuracy"], rules), recovered=recovered(scores, rules),
+               necessary=necessary(remaining["planted"], remaining["random"], rules),
+               circuit_beats_random=beats_random(circuit["kl"], circuit["random_kl"], rules))
+    del masked, model
+    gc.collect()
+    return row, logits
+
+
+def unplanted_control(base, sets: dict, run, rules: dict, control_seeds: int = 3, progress: bool = True) -> dict:
+    """The negative control: the unplanted model on the same prompts, at chance by construction. Its accuracy
+    and logit difference, and the same recipe's circuit against its random control."""
+    from helpers.singular.masks import MaskedModel
+    from helpers.singular.planted import PlantSpec, plant_effects
+    from helpers.singular.training import train_masks
+
+    plant_rules = rules["plant"]
+    spec = PlantSpec(0, 0, 0.0, qk_boost=0.0, n_pairs=plant_rules["n_pairs"])
+    effects = plant_effects(base, base, sets["effects"], spec, sets["unrelated"])
+    masked = MaskedModel(base)
+    masks, history = train_masks(masked, sets["train"], run.rule(), run.train_config(), progress=progress)
+    circuit = judged_masks(masked, masks, sets, run, control_seeds)
+    return dict(model=base.name, accuracy=effects["accuracy"], accuracy_se=effects["accuracy_se"],
+                logit_diff=effects["logit_diff"], logit_diff_se=effects["logit_diff_se"], chance=effects["chance"],
+                circuit=circuit, train_kl=float(history["kl"].iloc[-1]),
+                circuit_beats_random=beats_random(circuit["kl"], circuit["random_kl"], rules))
+
+
+def recover_plants(base, sites: list[dict], sets: dict, run, rules: dict, control_seeds: int = 3,
+                   progress: bool = True) -> tuple[list[dict], dict]:
+    """Every declared plant (``plant_and_recover``, sites in order, strengths ascending) and the unplanted control
+    on the same prompts. Each plant's masks are cached by ``train_masks``, so an interrupted run resumes at the
+    first plant not yet trained. Returns (one row per plant, the control)."""
+    import time
+
+    from helpers.singular.masks import AblationRule, MaskedModel
+
+    unplanted_metric = metric_per_prompt(MaskedModel(base), sets["held_out"], AblationRule.uniform("mean", "all"))
+    rows, total, start = [], sum(len(s["strengths"]) for s in sites), time.time()
+    for site in sites:
+        for strength in sorted(site["strengths"]):
+            row, _ = plant_and_recover(base, site, strength, sets, run, rules, unplanted_metric, control_seeds, progress)
+            rows.append(row)
+            print(f"[{len(rows)}/{total}] {site['name']} L{site['layer']}.H{site['head']} ×{strength:g}: accuracy "
+                  f"{row['accuracy']:.2f}, recall {row['recovery']['recall'] if row['recovery'] else float('nan'):.2f}, "
+                  f"AUROC {row['recovery']['auroc'] if row['recovery'] else float('nan'):.3f} "
+                  f"({time.time() - start:.0f} s)", flush=True)
+    control = unplanted_control(base, sets, run, rules, control_seeds, progress)
+    return rows, control
+
+
+# --- what notebook 08 found ------------------------------------------------------------------------------------
+
+def share_text(share: dict | None) -> str:
+    """A remaining share with its 95 % CI, or why there is none."""
+    if share is None:
+        return "no ground truth"
+    if share["share"] is None:
+        return "not defined: the plant adds no logit difference"
+    return f"{share['share']:.2f} ({share['low']:.2f} to {share['high']:.2f})"
+
+
+def _nats(kl: float) -> str:
+    """A KL in nats to three decimals, float rounding below zero shown as 0."""
+    return f"{max(kl, 0.0):.3f}"
+
+
+def _verdict(value: bool | None, yes: str, no: str) -> str:
+    return "not judged" if value is None else (yes if value else no)
+
+
+def findings(summary: dict, fast: bool = False) -> str:
+    """Notebook 08's closing cell, from its summary: the unplanted model at chance, each plant's effect and
+    verdicts, and the negative control."""
+    rows, unplanted, rules = summary["plants"], summary["unplanted"], summary["rules"]
+    out = ["## What this notebook found", ""]
+    if fast:
+        out += ["*Fast run (CI sizes): the numbers below are not meaningful.*", ""]
+    near = abs(unplanted["accuracy"] - unplanted["chance"]) <= 2 * unplanted["accuracy_se"]
+    out += [f"- **The unplanted model is {'within two standard errors of chance' if near else 'not at chance'}** on the "
+            f"planted task: accuracy {unplanted['accuracy']:.3f} "
+            f"± {unplanted['accuracy_se']:.3f} among {rules['plant']['n_pairs']} answers (chance {unplanted['chance']:.3f}), "
+            f"logit difference {unplanted['logit_diff']:.2f} ± {unplanted['logit_diff_se']:.2f}."]
+    driving = [r for r in rows if r["drives_task"]]
+    found = [r for r in driving if r["recovered"]]
+    needed = [r for r in driving if r["necessary"]]
+    out += [f"- The plant drives the task (accuracy ≥ {rules['drives_task']['min_accuracy']:g}) at {len(driving)} of "
+            f"{len(rows)} declared strengths. There, **masking recovers it at {len(found)}** (recall ≥ "
+            f"{rules['recovered']['min_recall']:g} and AUROC ≥ {rules['recovered']['min_auroc']:g}), and **ablating "
+            f"it removes it at {len(needed)}** while a same-count random set of the head's directions does not."]
+    weak = [r for r in rows if not r["drives_task"] and r["recovered"]]
+    if weak:
+        where = ", ".join(f"{r['site']} ×{r['strength']:g}" for r in weak)
+        out.append(f"- Where the plant does not drive the task, masking still recovers it at {len(weak)} strengths "
+                   f"({where}).")
+    circuit = unplanted["circuit"]
+    out += [f"- **Negative control**: the same recipe on the unplanted model keeps {100 * circuit['kept_fraction']:.1f} % "
+            f"of the directions at held-out KL {_nats(circuit['kl'])}, against {_nats(circuit['random_kl'])} for its random "
+            f"control: it {'beats' if unplanted['circuit_beats_random'] else 'does not beat'} it by the declared "
+            f"{rules['unplanted']['circuit_ratio']:g}×.", "",
+            "| site | strength | accuracy | ground truth (OV + QK) | recall | AUROC (random set) | median rank | "
+            "gain left: planted ablated | random ablated | circuit kept | recovered | necessary |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        rec, rnd = r["recovery"], r["random_recovery"]
+        out.append(
+            f"| {r['site']} L{r['layer']}.H{r['head']} | {r['strength']:g}× | {r['accuracy']:.2f} | "
+            f"{len(r['truth']['ov'])} + {len(r['truth']['qk'])} | {rec['recall']:.2f} | "
+            f"{rec['auroc']:.3f} ({rnd['auroc']:.3f}) | {rec['median_rank']:.0f} of {rec['total']} | "
+            if rec else f"| {r['site']} L{r['layer']}.H{r['head']} | {r['strength']:g}× | {r['accuracy']:.2f} | 0 | – | – | – | ")
+        out[-1] += (f"{share_text(r['remaining']['planted'])} | {share_text(r['remaining']['random'])} | "
+                    f"{100 * r['circuit']['kept_fraction']:.1f} % | "
+                    f"{_verdict(r['recovered'], 'yes', 'no') if r['drives_task'] else 'not judged (weak plant)'} | "
+                    f"{_verdict(r['necessary'], 'yes', 'no')} |")
+    return "\n".join(out) + "\n"
