@@ -114,7 +114,7 @@ def results_page(manifest: dict, rules_file: Path = RULES_FILE) -> str:
             "Notebook 07 searches the settings of the directions a circuit leaves out for the one that changes the "
             "model's answers most, trains the same recipe on nonsense prompts and on untrained weights, and judges "
             "each by the rules of [`data/circuit_attack.toml`](data/circuit_attack.toml), declared before its first "
-            "run.", "", circuit_checks(summaries), ""]
+            "run.", "", circuit_checks(summaries), "", planted_check(summaries), ""]
     out += ["## Can each verdict say yes?", "",
             "A verdict means something only if it could have come out the other way. For each rule: a case where its "
             "answer is known to be yes, a case where it is known to be no, and whether both outcomes were reachable "
@@ -184,10 +184,19 @@ def attack_calibration(summaries: dict) -> str:
     if held:
         return (f"{len(held)} of the {len(rows)} attacked circuits that leave directions out hold the bound, so the "
                 "attack can say yes.")
-    return (f"**None of the {len(rows)} attacked circuits that leave directions out holds the bound** (circuits and their "
-            f"random controls; largest KL up to {largest:.0f}), and no circuit known to be complete (a planted "
-            "mechanism) has been attacked yet: \"does not survive\" cannot yet be told apart from an attack that "
-            "breaks any circuit.")
+    calibration = {r["circuit"]: r for r in (summaries.get(PLANTED_RUN) or {}).get("attack_calibration") or []}
+    head = (f"**None of the {len(rows)} attacked circuits that leave directions out holds the bound** (circuits and their "
+            f"random controls; largest KL up to {largest:.0f})")
+    if not calibration:
+        return (f"{head}, and no circuit known to hold has been attacked yet: \"does not survive\" cannot yet be told "
+                "apart from an attack that breaks any circuit.")
+    inert, random = calibration["inert"], calibration["random"]
+    return (f"{head}. A circuit known to hold, leaving out only the {inert['left_out']} inert directions (σ ≈ 0), "
+            f"{'holds it' if inert['survives'] else 'does not hold it either'} (largest KL "
+            f"{max(inert['adversarial_kl'], 0):.3g}, notebook 08); as many live directions left out at random "
+            f"{'hold it too' if random['survives'] else 'do not'} (largest KL {max(random['adversarial_kl'], 0):.3g}). "
+            + ("So the attack can say yes."
+               if inert["survives"] else "So the attack breaks even a circuit known to hold: its \"does not survive\" says nothing."))
 
 
 def circuit_checks(summaries: dict) -> str:
@@ -234,6 +243,85 @@ def known_no(summary: dict, rules: dict) -> tuple[bool, bool | None]:
     return specific, matter
 
 
+PLANTED_RUN = "08_planted_mechanisms-smollm2-135m"
+
+
+def attack_known_yes(summaries: dict) -> str:
+    """The attack's case known to be yes (notebook 08): the circuit leaving out only inert directions."""
+    rows = {r["circuit"]: r for r in (summaries.get(PLANTED_RUN) or {}).get("attack_calibration") or []}
+    if not rows:
+        return NO_PLANT
+    inert = rows["inert"]
+    return (f"only the {inert['left_out']} inert directions left out (08): largest KL {max(inert['adversarial_kl'], 0):.3g}, "
+            f"{'survives' if inert['survives'] else 'broken'}; as many at random: largest KL "
+            f"{max(rows['random']['adversarial_kl'], 0):.3g}, {'survives' if rows['random']['survives'] else 'broken'}")
+
+
+def planted_check(summaries: dict) -> str:
+    """One paragraph on notebook 08, the masking method's positive control: where the plant drives the task, is it
+    recovered and is it necessary; and the unplanted model's circuit against its random control."""
+    summary = summaries.get(PLANTED_RUN)
+    if not summary:
+        return (f"A planted mechanism (notebook 08, the masking method's positive control): not run yet "
+                f"(`python -m helpers.pipeline --only {PLANTED_RUN}`).")
+    plants, unplanted, rules = summary["plants"], summary["unplanted"], summary["rules"]
+    driving = [r for r in plants if r["drives_task"]]
+    found = [r for r in driving if r["recovered"]]
+    needed = [r for r in driving if r["necessary"]]
+    aurocs = [r["recovery"]["auroc"] for r in driving if r["recovery"]]
+    span = f" (AUROC {min(aurocs):.2f}–{max(aurocs):.2f})" if aurocs else ""
+    circuit = unplanted["circuit"]
+    return (f"**A planted mechanism (notebook 08, the masking method's positive control):** the plant drives the task "
+            f"(held-out accuracy ≥ {rules['drives_task']['min_accuracy']:g}) at {len(driving)} of {len(plants)} declared "
+            f"strengths; there notebook 02's recipe recovers it at {len(found)}{span}, and ablating its directions alone "
+            f"removes it at {len(needed)} while a same-count random set of the head's directions does not. The same "
+            f"recipe on the unplanted model (accuracy {unplanted['accuracy']:.2f}, chance {unplanted['chance']:.3f}) keeps "
+            f"{100 * circuit['kept_fraction']:.1f} % at held-out KL {max(circuit['kl'], 0):.3f} against "
+            f"{circuit['random_kl']:.3f} at random: it {'beats' if unplanted['circuit_beats_random'] else 'does not beat'} "
+            f"its random control by {rules['unplanted']['circuit_ratio']:g}×. Shown in {_run_link(PLANTED_RUN)}.")
+
+
+def planted_reach(summaries: dict) -> list[str]:
+    """Notebook 08's rows of "Can each verdict say yes?": does masking recover a planted mechanism (the plants that
+    drive the task; a same-count random set of the planted head's directions scored as if planted), is the plant
+    necessary (its directions ablated; the random set ablated), and does a circuit beat its random control (the
+    planted models; the unplanted one)."""
+    from helpers.singular.planted_recovery import recovered
+
+    names = ["Masking recovers a planted mechanism (08)", "Ablating the recovered directions removes the mechanism (08)",
+             "A circuit beats its random control (02, 08)"]
+    summary = summaries.get(PLANTED_RUN)
+    if not summary:
+        command = f"not run yet (`python -m helpers.pipeline --only {PLANTED_RUN}`)"
+        return [f"| {name} | {command} | {command} | not run |" for name in names]
+    rules, plants, unplanted = summary["rules"], summary["plants"], summary["unplanted"]
+    driving = [r for r in plants if r["drives_task"] and r["recovery"]]
+    span = lambda values: f"{min(values):.2f}–{max(values):.2f}" if values else "none"  # noqa: E731
+    found = sum(bool(r["recovered"]) for r in driving)
+    decoys = sum(bool(recovered(r["random_recovery"], rules)) for r in driving)
+    truth = max((r["recovery"] for r in driving), key=lambda rec: rec["n_planted"], default=None)
+    reach = (f"yes: the ground truth is {truth['n_planted']} of {truth['total']} directions, so recall and AUROC can "
+             "take any value from 0 to 1" if truth else "not judged: no plant drives the task")
+    rows = [f"| {names[0]} | the plants that drive the task: recovered at {found} of {len(driving)} (AUROC "
+            f"{span([r['recovery']['auroc'] for r in driving])}) | a same-count random set of the planted head's directions, "
+            f"scored as the plant: recovered at {decoys} of {len(driving)} (AUROC "
+            f"{span([r['random_recovery']['auroc'] for r in driving])}) | {reach} |"]
+    rule = rules["necessary"]
+    judged = [r for r in driving if r["remaining"]["planted"] and r["remaining"]["planted"]["share"] is not None]
+    removed = sum(r["remaining"]["planted"]["high"] <= rule["max_remaining"] for r in judged)
+    kept = sum(r["remaining"]["random"]["low"] >= rule["min_remaining_random"] for r in judged)
+    rows.append(f"| {names[1]} | the ground truth mean-ablated: the plant's gain falls to ≤ {rule['max_remaining']:g} at "
+                f"{removed} of {len(judged)} | a same-count random set ablated: the gain stays ≥ "
+                f"{rule['min_remaining_random']:g} at {kept} of {len(judged)} | yes: the gain left can lie anywhere "
+                "from below 0 to above 1 |")
+    beaten = sum(bool(r["circuit_beats_random"]) for r in driving)
+    rows.append(f"| {names[2]} | the planted models whose plant drives the task: beats it at {beaten} of {len(driving)} "
+                f"| the unplanted model on the planted task: {'beats it' if unplanted['circuit_beats_random'] else 'does not'} "
+                f"(KL {max(unplanted['circuit']['kl'], 0):.3f} against {unplanted['circuit']['random_kl']:.3f}) | "
+                f"{'yes: a circuit keeping all directions cannot beat its control, a sparser one can' if driving else 'not judged'} |")
+    return rows
+
+
 def verdict_reach(summaries: dict, claims: list[Claim]) -> str:
     """The section "Can each verdict say yes?": one row per verdict rule, with the case where its answer is known
     to be yes (a planted mechanism) and its outcome, the case known to be no and its outcome, and whether both
@@ -264,9 +352,12 @@ def verdict_reach(summaries: dict, claims: list[Claim]) -> str:
         attacked = [r for run in runs.values() for r in summaries[run]["attack_table"]]
         randoms = [r for r in attacked if r["circuit"] == "random"]
         held = any(r["survives"] for r in attacked if r["kept_fraction"] < 1)
-        rows.append(f"| Survives the attack (07) | {NO_PLANT} | same-count random circuits: "
-                    f"{sum(not r['survives'] for r in randoms)} of {len(randoms)} fail | unknown: "
-                    f"{'some circuit leaving directions out held the bound' if held else 'no circuit leaving a direction out has held the bound'} |")
+        verdict = (summaries.get(PLANTED_RUN) or {}).get("attack_verdict") or {}
+        reach = ("yes: a circuit leaving out inert directions held the bound (08)" if verdict.get("says_yes") else
+                 "unknown: " + ("some circuit leaving directions out held the bound" if held else
+                                "no circuit leaving a direction out has held the bound"))
+        rows.append(f"| Survives the attack (07) | {attack_known_yes(summaries)} | same-count random circuits: "
+                    f"{sum(not r['survives'] for r in randoms)} of {len(randoms)} fail | {reach} |")
         said = {task: known_no(summaries[run], rules) for task, run in runs.items()}
 
         def outcome(value):
@@ -285,6 +376,7 @@ def verdict_reach(summaries: dict, claims: list[Claim]) -> str:
                                           "weights_matter")):
             rows.append(f"| {rule} | {NO_PLANT} | {case}: " + "; ".join(f"{names[t]}: {outcome(said[t][index])}" for t in runs)
                         + " | " + "; ".join(f"{names[t]}: {reach(t, key)}" for t in runs) + " |")
+    rows += planted_reach(summaries)
     receptors, = claims_under(claims, "receptors")
     rows.append(f"| Logit receptors flip the pronoun (06) | {NO_PLANT} | {receptors.control or 'not run'} | "
                 f"{_reach_words(receptors.verdict)} |")
@@ -334,7 +426,7 @@ def with_verdicts(readme: str, manifest: dict) -> str:
     return (f"{head}{BEGIN}\n{findings(claims)}\n\n"
             + (f"{budget}.\n\n" if budget else "")
             + f"Paper 1's circuits under attack and against nonsense (notebook 07; a test neither paper made):\n\n"
-            f"{circuit_checks(summaries)}\n\n{verdict_table(claims)}\n{END}{tail}")
+            f"{circuit_checks(summaries)}\n\n{planted_check(summaries)}\n\n{verdict_table(claims)}\n{END}{tail}")
 
 
 def write_figures(manifest: dict, root: Path = ROOT) -> list[Path]:

@@ -12,6 +12,10 @@ workshop run, and judged on the summaries of a finished one.
 - **A circuit breaking** (notebook 07, the attack alone): the adversary takes each attacked circuit's held-out
   KL to at least ``attack_gain`` times its KL under the rule, so that the class sees the curve rise (declared on
   2026-12-05, before any run of notebook 07 at any size).
+- **A planted mechanism** (notebook 08, declared on 2026-12-06 before any run of it): mean-ablating the plant's
+  ground truth leaves at most the declared share of its gain (``data/planted_mechanisms.toml``, ``[necessary]``)
+  while the same-count random set leaves at least the declared share, and the attack holds the circuit that
+  leaves out only inert directions. Neither depends on how long the masks trained.
 - **Check B** (notebook 04): over the layers the profile runs, the model passes B1 on at least
   ``b1_margin`` more site-layers than each negative control.
 
@@ -92,8 +96,22 @@ def attack_rows(run: str, summary: dict, criteria: dict = CRITERIA) -> list[dict
     return rows
 
 
+def planted_rows(run: str, summary: dict, criteria: dict = CRITERIA) -> list[dict]:
+    """Each plant of notebook 08 that drives the task: is it necessary (its declared rule); and does the attack
+    hold the circuit that leaves out only inert directions."""
+    rows = [_row(f"{r['site']} ×{r['strength']:g}: ablating the plant removes it, a random set does not", run,
+                 float(bool(r["necessary"])), "necessary (data/planted_mechanisms.toml)", bool(r["necessary"]))
+            for r in summary["plants"] if r["drives_task"]]
+    if not rows:
+        rows.append(_row("a plant that drives the task", run, float("nan"), "present", False))
+    inert = next(r for r in summary["attack_calibration"] if r["circuit"] == "inert")
+    rows.append(_row("largest KL under attack, inert directions left out", run, inert["adversarial_kl"],
+                     f"≤ {inert['bound']:g}", inert["survives"]))
+    return rows
+
+
 CHECKS = (("02_masking-", circuit_rows), ("06_steering-", receptor_rows), ("07_circuit_validation-", attack_rows),
-          ("04_tiled_svd-", b1_rows))
+          ("08_planted_mechanisms-", planted_rows), ("04_tiled_svd-", b1_rows))
 
 
 def check(figures: str | Path = "figures-workshop", criteria: dict = CRITERIA) -> pd.DataFrame:

@@ -25,7 +25,8 @@ PLANT_RULES = Path(__file__).resolve().parents[2] / "data" / "planted_mechanisms
 RULE_KEYS = {"plant": {"n_pairs", "pairs_seed", "qk_boost", "ridge", "probe_prompts", "effect_prompts",
                        "negative_texts", "unrelated_texts", "share", "why"},
              "drives_task": {"min_accuracy"}, "recovered": {"min_recall", "min_auroc"},
-             "necessary": {"max_remaining", "min_remaining_random", "bootstrap"}, "unplanted": {"circuit_ratio"}}
+             "necessary": {"max_remaining", "min_remaining_random", "bootstrap"}, "unplanted": {"circuit_ratio"},
+             "attack_calibration": {"inert_relative_sigma"}}
 SITE_KEYS = {"name", "layer", "head", "strengths"}
 
 
@@ -157,6 +158,9 @@ def random_directions(blocks: dict[str, torch.Tensor], layer: int, head: int, tr
     for kind, ks in truth.items():
         width = blocks[f"{layer}_{kind}"].shape[-1]
         others = torch.tensor([k for k in range(width) if k not in ks])
+        if len(others) < len(ks):
+            raise ValueError(f"L{layer}.H{head} {kind}: {len(ks)} planted directions but only {len(others)} others to draw "
+                             f"a same-count random set from: plant fewer pairs (n_pairs) or into a wider head")
         out[kind] = sorted(others[torch.randperm(len(others), generator=generator)[: len(ks)]].tolist())
     return out
 
@@ -373,6 +377,19 @@ def _verdict(value: bool | None, yes: str, no: str) -> str:
     return "not judged" if value is None else (yes if value else no)
 
 
+def attack_lines(summary: dict) -> list[str]:
+    """The adversary's positive control in words (``helpers.singular.attack_calibration``), if the run made it."""
+    rows = {r["circuit"]: r for r in summary.get("attack_calibration") or []}
+    if not rows:
+        return []
+    inert, random, verdict = rows["inert"], rows["random"], summary["attack_verdict"]
+    return [f"- **The adversary's positive control**: leaving out only the {inert['left_out']} inert directions (σ ≈ 0), "
+            f"the largest KL it finds is {_nats(inert['adversarial_kl'])} (bound {inert['bound']:g}): the attack "
+            f"{'can say yes' if verdict['says_yes'] else 'breaks even a circuit known to hold'}. The same count left out "
+            f"at random: {_nats(random['adversarial_kl'])}, "
+            f"{'broken, so it tells the two apart' if verdict['tells_apart'] else 'so at this count it does not tell them apart'}."]
+
+
 def findings(summary: dict, fast: bool = False) -> str:
     """Notebook 08's closing cell, from its summary: the unplanted model at chance, each plant's effect and
     verdicts, and the negative control."""
@@ -401,7 +418,7 @@ def findings(summary: dict, fast: bool = False) -> str:
     out += [f"- **Negative control**: the same recipe on the unplanted model keeps {100 * circuit['kept_fraction']:.1f} % "
             f"of the directions at held-out KL {_nats(circuit['kl'])}, against {_nats(circuit['random_kl'])} for its random "
             f"control: it {'beats' if unplanted['circuit_beats_random'] else 'does not beat'} it by the declared "
-            f"{rules['unplanted']['circuit_ratio']:g}×.", "",
+            f"{rules['unplanted']['circuit_ratio']:g}×.", *attack_lines(summary), "",
             "| site | strength | accuracy | ground truth (OV + QK) | recall | AUROC (random set) | median rank | "
             "gain left: planted ablated | random ablated | circuit kept | recovered | necessary |",
             "|---|---|---|---|---|---|---|---|---|---|---|---|"]

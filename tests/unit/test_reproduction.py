@@ -221,6 +221,48 @@ def test_the_results_page_has_one_reachability_row_per_verdict_rule():
     rows = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("| Verdict rule")]
     assert [row.split(" | ")[0][2:] for row in rows] == [
         "Identities (01)", "Sparse circuit within the KL bound (02)", "Survives the attack (07)", "Task-specific (07)",
-        "Trained weights matter (07)", "Logit receptors flip the pronoun (06)", "A head's subfunctions (03)",
+        "Trained weights matter (07)", "Masking recovers a planted mechanism (08)",
+        "Ablating the recovered directions removes the mechanism (08)", "A circuit beats its random control (02, 08)",
+        "Logit receptors flip the pronoun (06)", "A head's subfunctions (03)",
         "Paper 2's checks A, B, C (04)"]
     assert "IOI: no, decided by set sizes" in section  # the committed random-token circuits keep 93-95 %
+
+
+def planted_summary():
+    from helpers.singular.planted_recovery import load_plant_rules
+
+    rules = {k: v for k, v in load_plant_rules().items() if k != "sites"}
+    share = lambda low, high: dict(share=(low + high) / 2, low=low, high=high, gain=2.0)  # noqa: E731
+    strong = dict(site="late", strength=2.0, drives_task=True, recovered=True, necessary=True, circuit_beats_random=True,
+                  recovery=dict(n_planted=8, total=1000, recall=1.0, auroc=0.99),
+                  random_recovery=dict(n_planted=8, total=1000, recall=1.0, auroc=0.6),
+                  remaining=dict(planted=share(-0.05, 0.1), random=share(0.9, 1.05)))
+    weak = dict(strong, strength=0.25, drives_task=False, recovered=False, necessary=False, circuit_beats_random=False,
+                recovery=dict(n_planted=1, total=1000, recall=0.0, auroc=0.4))
+    unplanted = dict(circuit_beats_random=False, circuit=dict(kl=-1e-6, random_kl=0.0))
+    return dict(rules=rules, plants=[weak, strong], unplanted=unplanted)
+
+
+def test_planted_rows_judge_only_the_plants_that_drive_the_task():
+    from helpers.reproduction import PLANTED_RUN, planted_reach
+
+    recover, ablate, beats = planted_reach({PLANTED_RUN: planted_summary()})
+    assert "recovered at 1 of 1 (AUROC 0.99–0.99)" in recover and "scored as the plant: recovered at 0 of 1" in recover
+    assert "the ground truth is 8 of 1000 directions" in recover
+    assert "falls to ≤ 0.2 at 1 of 1" in ablate and "stays ≥ 0.8 at 1 of 1" in ablate
+    assert "beats it at 1 of 1" in beats and "the unplanted model on the planted task: does not (KL 0.000" in beats
+    missing = planted_reach({})
+    assert len(missing) == 3 and all(f"--only {PLANTED_RUN}" in row for row in missing)
+
+
+def test_planted_check_reports_the_positive_control_or_how_to_run_it():
+    from helpers.reproduction import PLANTED_RUN, planted_check
+
+    summary = planted_summary()
+    summary["unplanted"].update(accuracy=0.07, chance=0.125)
+    summary["unplanted"]["circuit"].update(kept_fraction=0.5)
+    text = planted_check({PLANTED_RUN: summary})
+    assert "drives the task (held-out accuracy ≥ 0.5) at 1 of 2 declared strengths" in text
+    assert "recovers it at 1 (AUROC 0.99–0.99)" in text and "removes it at 1" in text
+    assert "keeps 50.0 % at held-out KL 0.000 against 0.000 at random: it does not beat" in text
+    assert f"--only {PLANTED_RUN}" in planted_check({})

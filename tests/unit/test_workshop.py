@@ -19,6 +19,11 @@ B = {"profile": "workshop", "layers": [3, 9, 15], "pass_rates": {
 ATTACK = {"profile": "workshop", "attack_table": [
     {"label": "ioi-a", "circuit": "circuit", "under_rule_kl": 0.1, "adversarial_kl": 0.5},
     {"label": "ioi-a", "circuit": "random", "under_rule_kl": 2.0, "adversarial_kl": 2.5}]}
+PLANTED = {"profile": "workshop", "plants": [
+    {"site": "late", "strength": 2.0, "drives_task": True, "necessary": True},
+    {"site": "late", "strength": 0.25, "drives_task": False, "necessary": False}],  # weak: not judged
+    "attack_calibration": [{"circuit": "inert", "adversarial_kl": 0.0, "bound": 0.21, "survives": True},
+                           {"circuit": "random", "adversarial_kl": 3.0, "bound": 0.21, "survives": False}]}
 
 
 def write(folder, summaries):
@@ -28,9 +33,9 @@ def write(folder, summaries):
     return folder
 
 
-def runs(circuits=CIRCUITS, receptors=RECEPTORS, b=B, attack=ATTACK):
+def runs(circuits=CIRCUITS, receptors=RECEPTORS, b=B, attack=ATTACK, planted=PLANTED):
     return {"02_masking-ioi-m": circuits, "06_steering-m": receptors, "04_tiled_svd-g": b,
-            "07_circuit_validation-ioi-m": attack}
+            "07_circuit_validation-ioi-m": attack, "08_planted_mechanisms-m": planted}
 
 
 def test_b1_passes_are_counted_over_the_layers_run():
@@ -39,7 +44,7 @@ def test_b1_passes_are_counted_over_the_layers_run():
 
 def test_every_criterion_met(tmp_path):
     table = check(write(tmp_path, runs()))
-    assert table["passed"].all() and len(table) == 2 + 1 + 4 + 1 + 2
+    assert table["passed"].all() and len(table) == 2 + 1 + 4 + 1 + 2 + 2
     assert main(["--figures", str(tmp_path)]) == 0
 
 
@@ -61,6 +66,9 @@ def broken(path, value):
     (("04_tiled_svd-g", "pass_rates", "mlp.down B1", "random-init"), 1.0, "model − random-init"),
     (("04_tiled_svd-g", "profile"), None, "summary of a workshop run"),
     (("07_circuit_validation-ioi-m", "attack_table", 0, "adversarial_kl"), 0.19, "ioi-a: KL under attack"),
+    (("08_planted_mechanisms-m", "plants", 0, "necessary"), False, "late ×2: ablating the plant removes it"),
+    (("08_planted_mechanisms-m", "attack_calibration", 0, "survives"), False, "inert directions left out"),
+    (("08_planted_mechanisms-m", "plants", 0, "drives_task"), False, "a plant that drives the task"),
 ])
 def test_each_broken_criterion_fails_alone(tmp_path, path, value, failing):
     table = check(write(tmp_path, broken(path, value)))

@@ -1,0 +1,329 @@
+"""Planted mechanisms (helpers.singular.planted, helpers.singular.planted_recovery): the task, the weight surgery
+and its ground truth on the tiny Llama, and every score and rule of notebook 08 against hand-computed cases and
+brute-force oracles, at each rule's boundary."""
+import itertools
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from helpers.singular import planted as P
+from helpers.singular import planted_recovery as R
+from tests.conftest import cached_model
+
+RULES = R.load_plant_rules()
+EPS = 1e-9
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return cached_model("tiny-llama", "fold_norm")
+
+
+@pytest.fixture(scope="module")
+def pairs(tiny):
+    return P.draw_pairs(tiny.tokenizer, 4, seed=0)
+
+
+# --- the task -----------------------------------------------------------------------------------------------
+
+def test_planted_prompts_hold_their_trigger_once_and_the_corruption_changes_only_it(tiny, pairs):
+    task = P.planted_task(tiny, pairs, 40, seed=3)
+    t = task.task
+    assert len(set(t.prompts)) == 40
+    rows = torch.arange(40)
+    trigger_ids = torch.tensor(pairs.trigger_ids)
+    assert torch.equal(t.clean[rows, task.trigger_pos], trigger_ids[task.pair])
+    assert torch.equal(t.corrupted[rows, task.trigger_pos], trigger_ids[task.other])
+    differs = t.clean != t.corrupted
+    assert torch.equal(differs.sum(1), torch.ones(40, dtype=torch.long))  # the trigger's slot, nothing else
+    assert bool((task.pair != task.other).all())
+    answers = torch.tensor(pairs.answer_ids)
+    assert torch.equal(t.correct.cpu(), answers[task.pair]) and torch.equal(t.wrong.cpu(), answers[task.other])
+
+
+def test_planted_sets_share_no_prompt_and_keep_their_labels(tiny, pairs):
+    sets = P.planted_sets(tiny, pairs, dict(a=10, b=7, c=5), seed=1)
+    prompts = [set(s.task.prompts) for s in sets.values()]
+    assert [len(p) for p in prompts] == [10, 7, 5]
+    assert all(not (x & y) for x, y in itertools.combinations(prompts, 2))
+    whole = P.planted_task(tiny, pairs, 22, seed=1)
+    assert sets["b"].task.prompts == whole.task.prompts[10:17]
+    assert torch.equal(sets["b"].pair, whole.pair[10:17]) and torch.equal(sets["c"].trigger_pos, whole.trigger_pos[17:])
+    with pytest.raises(ValueError, match="'b' set"):
+        P.planted_sets(tiny, pairs, dict(a=4, b=0))
+
+
+def test_draw_pairs_refuses_more_pairs_than_words(tiny):
+    with pytest.raises(ValueError, match="lower n_pairs"):
+        P.draw_pairs(tiny.tokenizer, 40)
+
+
+@pytest.mark.parametrize("kwargs, match", [(dict(ov_strength=-0.1), "must be ≥ 0"), (dict(ov_strength=1, qk_boost=-1), "must be ≥ 0"),
+                                           (dict(ov_strength=1, n_pairs=1), "n_pairs=1"),
+                                           (dict(ov_strength=1, n_pairs=17), "n_pairs=17")])
+def test_plant_spec_refuses_impossible_plants(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        P.PlantSpec(1, 0, **kwargs)
+
+
+def test_answer_accuracy_by_hand():
+    """Three prompts, two pairs: the answer's logit beats the other answer's on prompts 0 and 2 only."""
+    answer_ids = [5, 7]
+    planted = P.PlantedTask(None, P.Pairs([], [], [], answer_ids, []), pair=torch.tensor([0, 1, 1]), other=torch.tensor([1, 0, 0]),
+                            trigger_pos=torch.zeros(3, dtype=torch.long))
+    logits = torch.zeros(3, 10)
+    logits[0, 5], logits[1, 5], logits[2, 7] = 1.0, 1.0, 1.0
+    assert P.answer_accuracy(logits, planted).tolist() == [True, False, True]
+
+
+# --- the plant --------------------------------------------------------------------------------------------------
+
+def test_ridge_probe_is_the_ridge_least_squares_solution():
+    """Oracle: the ridge solution is the least-squares solution of [X; √λ I] w = [Y; 0]."""
+    g = torch.Generator().manual_seed(0)
+    X, Y = torch.randn(50, 6, generator=g, dtype=torch.float64), torch.randn(50, 3, generator=g, dtype=torch.float64)
+    ridge = 0.3
+    lam = ridge * float((X * X).sum(1).mean())
+    stacked = torch.cat([X, math.sqrt(lam) * torch.eye(6, dtype=torch.float64)])
+    oracle = torch.linalg.lstsq(stacked, torch.cat([Y, torch.zeros(6, 3, dtype=torch.float64)])).solution
+    assert torch.allclose(P.ridge_probe(X, Y, ridge), oracle, atol=1e-10)
+
+
+def test_answer_directions_raise_one_centred_logit_each(tiny, pairs):
+    """Writing Y_i moves the centred answer logits by the i-th column of I − 11ᵀ/n (the pseudo-inverse of the
+    centred unembedding columns)."""
+    from helpers.core.weights import unembedding
+
+    Y = P.answer_directions(tiny, pairs.answer_ids)
+    cols = unembedding(tiny, device="cpu").W_U.double()[:, pairs.answer_ids]
+    centred = cols - cols.mean(1, keepdim=True)
+    n = len(pairs.answer_ids)
+    assert torch.allclose(Y @ centred, torch.eye(n, dtype=torch.float64) - 1.0 / n, atol=1e-8)
+
+
+@pytest.fixture(scope="module")
+def plant(tiny, pairs):
+    probe = P.planted_task(tiny, pairs, 48, seed=5)
+    negatives = P.unrelated_tokens(tiny, n=4, length=16)
+    return P.design_plant(tiny, P.PlantSpec(1, 1, 2.0, n_pairs=4), probe, negatives)
+
+
+def test_apply_plant_changes_only_the_heads_rows_and_columns(plant):
+    from helpers.core.models import load_model
+
+    model = load_model("tiny-llama", processing="fold_norm")
+    tensors = {t.data_ptr(): t for t in model.hf_model.state_dict().values()}  # the bridge aliases each tensor
+    before = {ptr: t.clone() for ptr, t in tensors.items()}
+    P.apply_plant(model, plant)
+    changed = {ptr for ptr, t in tensors.items() if not torch.equal(before[ptr], t)}
+    attn = model.block(1).self_attn
+    maps = {m: getattr(attn, m).weight for m in ("q_proj", "k_proj", "v_proj", "o_proj")}
+    assert changed == {w.data_ptr() for w in maps.values()}
+    before = {m: before[w.data_ptr()] for m, w in maps.items()}
+    after = {m: w.detach() for m, w in maps.items()}
+    dh, h, g = model.d_head, 1, 1 // (model.n_heads // model.n_kv_heads)
+    rows = lambda m: {int(i) for i in torch.nonzero((before[m] != after[m]).any(1))}  # noqa: E731
+    assert rows("q_proj") == {h * dh + plant.dim}
+    assert rows("k_proj") == {g * dh + plant.dim}
+    assert rows("v_proj") and rows("v_proj") <= set(range(g * dh, (g + 1) * dh))
+    columns = {int(i) for i in torch.nonzero((before["o_proj"] != after["o_proj"]).any(0))}
+    assert columns and columns <= set(range(h * dh, (h + 1) * dh))
+
+
+def test_the_plants_ov_strength_is_its_sigma_over_the_heads(plant):
+    assert plant.sigma_ov / plant.head_sigma_ov == pytest.approx(2.0, rel=1e-6)
+
+
+def test_planted_directions_find_a_strong_plant_and_nothing_without_one(tiny, pairs, plant):
+    from dataclasses import replace
+
+    model = P.planted_model("tiny-llama", plant)
+    truth = R.planted_directions(model, plant, share=0.9)
+    assert truth["qk"] == [0] and len(truth["ov"]) >= 1
+    assert "planted-L1H1-ov2" in model.name  # masks trained on it are never cached as the unplanted model's
+    probe = P.planted_task(tiny, pairs, 48, seed=5)
+    silent = P.design_plant(tiny, replace(plant.spec, ov_strength=0.0), probe, P.unrelated_tokens(tiny, n=4, length=16))
+    assert R.planted_directions(P.planted_model("tiny-llama", silent), silent, share=0.9)["ov"] == []
+    with pytest.raises(ValueError, match="share=0"):
+        R.planted_directions(model, plant, share=0.0)
+
+
+def test_check_plantable_refuses_gpt2_layout():
+    with pytest.raises(ValueError, match="smollm2-135m"):
+        P.check_plantable(cached_model("tiny-gpt2", "fold_norm"))
+
+
+# --- ground truth and scores ------------------------------------------------------------------------------
+
+def test_energy_share_by_hand():
+    basis = torch.tensor([[1.0], [0.0]], dtype=torch.float64)
+    vectors = torch.tensor([[1.0, 0.0, 1.0], [0.0, 2.0, 1.0]], dtype=torch.float64)
+    assert R.energy_share(vectors, basis).tolist() == pytest.approx([1.0, 0.0, 0.5])
+    augmented = torch.tensor([[3.0], [1.0], [1.0]], dtype=torch.float64)  # bias row first: outside the basis
+    assert R.energy_share(augmented, basis).item() == pytest.approx(1.0 / 11.0)
+
+
+def test_mid_ranks_by_hand():
+    assert R.mid_ranks(np.array([3.0, 1.0, 3.0, 2.0])).tolist() == [1.5, 4.0, 1.5, 3.0]
+    assert R.mid_ranks(np.array([5.0, 5.0, 5.0])).tolist() == [2.0, 2.0, 2.0]
+
+
+def brute_auroc(scores, positive):
+    pos, neg = scores[positive], scores[~positive]
+    return np.mean([1.0 if p > n else 0.5 if p == n else 0.0 for p in pos for n in neg])
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_auroc_matches_all_pairs_with_ties(seed):
+    rng = np.random.default_rng(seed)
+    scores = rng.integers(0, 4, 30).astype(float)  # many ties
+    positive = rng.random(30) < 0.3
+    positive[:2] = [True, False]
+    assert R.auroc(scores, positive) == pytest.approx(brute_auroc(scores, positive), abs=1e-12)
+
+
+def test_auroc_at_its_ends_and_refusal():
+    positive = np.array([True, True, False, False])
+    assert R.auroc(np.array([2.0, 3.0, 1.0, 0.0]), positive) == 1.0
+    assert R.auroc(np.array([0.0, 1.0, 2.0, 3.0]), positive) == 0.0
+    assert R.auroc(np.ones(4), positive) == 0.5
+    with pytest.raises(ValueError, match="positives and negatives"):
+        R.auroc(np.ones(3), np.zeros(3, dtype=bool))
+
+
+def test_flat_indices_follow_the_blocks_layout():
+    blocks = {"0_qk": torch.zeros(2, 3), "0_ov": torch.zeros(2, 4), "0_mlp_up": torch.zeros(5), "1_qk": torch.zeros(2, 3),
+              "1_ov": torch.zeros(2, 4)}
+    blocks["1_ov"][1, 2] = 7.0
+    blocks["1_qk"][1, 0] = 9.0
+    flat = torch.cat([b.reshape(-1) for b in blocks.values()])
+    index = R.flat_indices(blocks, 1, 1, {"ov": [2], "qk": [0]})
+    assert sorted(flat[index].tolist()) == [7.0, 9.0]
+    assert index == [19 + 3, 19 + 6 + 4 + 2]
+
+
+def test_recovery_by_hand_and_the_cut_is_strict():
+    """Logits 3, 0, −1, 2, 1 with directions 0 and 1 planted: recall 1/2 (a logit of exactly 0 is not kept),
+    ranks 1 and 4, AUROC (1 + 1 + 1 + 0 + 0 + 1) / 6 = 2/3."""
+    logits = {"a": torch.tensor([3.0, 0.0]), "b": torch.tensor([-1.0, 2.0, 1.0])}
+    scores = R.recovery(logits, [0, 1])
+    assert scores["recall"] == 0.5 and scores["kept"] == 3 and scores["total"] == 5
+    assert scores["worst_rank"] == 4.0 and scores["median_rank"] == 2.5
+    assert scores["auroc"] == pytest.approx(4 / 6)
+    with pytest.raises(ValueError, match="no planted direction"):
+        R.recovery(logits, [])
+
+
+def test_random_directions_match_counts_and_avoid_the_truth():
+    blocks = {"3_qk": torch.zeros(4, 10), "3_ov": torch.zeros(4, 10)}
+    truth = {"ov": [0, 1, 2], "qk": [0]}
+    drawn = R.random_directions(blocks, 3, 2, truth, seed=1)
+    assert {k: len(v) for k, v in drawn.items()} == {"ov": 3, "qk": 1}
+    assert not set(drawn["ov"]) & set(truth["ov"]) and not set(drawn["qk"]) & set(truth["qk"])
+    assert drawn == R.random_directions(blocks, 3, 2, truth, seed=1)
+    with pytest.raises(ValueError, match="only 4 others"):
+        R.random_directions(blocks, 3, 2, {"ov": list(range(6))})
+    masks = R.ablation_masks(blocks, 3, 2, truth)
+    assert torch.nonzero(masks["3_ov"] == 0).tolist() == [[2, 0], [2, 1], [2, 2]]
+    assert int((masks["3_qk"] == 0).sum()) == 1 and float(masks["3_qk"].sum()) == 39.0
+
+
+def test_remaining_share_by_hand():
+    unplanted, planted = torch.tensor([0.0, 1.0, 2.0]), torch.tensor([4.0, 5.0, 6.0])
+    assert R.remaining_share(unplanted, planted, unplanted)["share"] == pytest.approx(0.0)
+    assert R.remaining_share(planted, planted, unplanted)["share"] == pytest.approx(1.0)
+    half = R.remaining_share(torch.tensor([2.0, 3.0, 4.0]), planted, unplanted, seed=0)
+    assert half["share"] == pytest.approx(0.5) and half["low"] == pytest.approx(0.5) and half["high"] == pytest.approx(0.5)
+    noisy = R.remaining_share(torch.tensor([1.0, 4.0, 4.5]), planted, unplanted, n_boot=500, seed=3)
+    assert noisy["low"] <= noisy["share"] <= noisy["high"] and noisy["low"] < noisy["high"]
+    assert R.remaining_share(planted, unplanted, unplanted)["share"] is None  # the plant adds nothing
+    with pytest.raises(ValueError, match="same prompts"):
+        R.remaining_share(planted[:2], planted, unplanted)
+
+
+# --- the declared rules, at their boundaries -----------------------------------------------------------------
+
+def test_drives_task_at_its_boundary():
+    m = RULES["drives_task"]["min_accuracy"]
+    assert R.drives_task(m, RULES) and not R.drives_task(m - EPS, RULES)
+
+
+def test_recovered_at_its_boundaries():
+    r, a = RULES["recovered"]["min_recall"], RULES["recovered"]["min_auroc"]
+    assert R.recovered(dict(recall=r, auroc=a), RULES)
+    assert not R.recovered(dict(recall=r - EPS, auroc=1.0), RULES)
+    assert not R.recovered(dict(recall=1.0, auroc=a - EPS), RULES)
+    assert R.recovered(None, RULES) is None
+
+
+def test_necessary_at_its_boundaries():
+    top, floor = RULES["necessary"]["max_remaining"], RULES["necessary"]["min_remaining_random"]
+    share = lambda low, high: dict(share=(low + high) / 2, low=low, high=high)  # noqa: E731
+    assert R.necessary(share(-0.1, top), share(floor, 1.1), RULES)
+    assert not R.necessary(share(-0.1, top + EPS), share(floor, 1.1), RULES)
+    assert not R.necessary(share(-0.1, top), share(floor - EPS, 1.1), RULES)
+    assert R.necessary(None, share(floor, 1.1), RULES) is None
+    assert R.necessary(dict(share=None, low=None, high=None), share(floor, 1.1), RULES) is None
+
+
+def test_beats_random_at_its_boundary():
+    ratio = RULES["unplanted"]["circuit_ratio"]
+    assert R.beats_random(0.1, 0.1 * ratio, RULES) and not R.beats_random(0.1, 0.1 * ratio - EPS, RULES)
+    assert not R.beats_random(0.0, 0.0, RULES)  # nothing to beat: an exact circuit and an exact control
+
+
+# --- the declared file -------------------------------------------------------------------------------------
+
+def test_chosen_sites_take_declared_subsets_only():
+    late = R.chosen_sites(RULES, {"late": [2.0]})
+    assert late == [{**next(s for s in RULES["sites"] if s["name"] == "late"), "strengths": [2.0]}]
+    assert R.chosen_sites(RULES) == RULES["sites"]
+    with pytest.raises(ValueError, match="not among the declared"):
+        R.chosen_sites(RULES, {"late": [3.0]})
+    with pytest.raises(ValueError, match="no such declared site"):
+        R.chosen_sites(RULES, {"early": [1.0]})
+
+
+def test_load_plant_rules_refuses_a_mistyped_key(tmp_path: Path):
+    text = R.PLANT_RULES.read_text(encoding="utf-8").replace("min_auroc = ", "min_aucroc = ")
+    (tmp_path / "rules.toml").write_text(text, encoding="utf-8")
+    with pytest.raises(ValueError, match="min_aucroc"):
+        R.load_plant_rules(tmp_path / "rules.toml")
+    no_sites = "\n".join(line for line in R.PLANT_RULES.read_text(encoding="utf-8").splitlines()
+                         if not line.startswith(("[[sites]]", "name =", "layer =", "head =", "strengths =")))
+    (tmp_path / "rules.toml").write_text(no_sites, encoding="utf-8")
+    with pytest.raises(ValueError, match="no \\[\\[sites\\]\\]"):
+        R.load_plant_rules(tmp_path / "rules.toml")
+
+
+def test_declared_strengths_span_the_task(tmp_path: Path):
+    """Each site declares a weak and a strong plant, so recall against strength can come out either way."""
+    for site in RULES["sites"]:
+        assert min(site["strengths"]) <= 1.0 < max(site["strengths"])
+
+
+# --- end to end on the tiny model ---------------------------------------------------------------------------
+
+def test_plant_and_recover_runs_and_ablating_the_plant_removes_it(tiny):
+    """The whole of one plant at the fast sizes: the row carries every score, a same-count random set beside
+    the ground truth, and mean-ablating the ground truth brings the metric back nearer the unplanted model's than
+    the random set does."""
+    from helpers.singular.masks import AblationRule, MaskedModel
+    from helpers.singular.training import MaskingRun
+
+    run = MaskingRun.declared(fast=True)
+    rules = {**RULES, "plant": {**RULES["plant"], "n_pairs": 4}}  # the tiny head (d_head 8) holds 4 pairs and their controls
+    sets = R.prompt_sets(tiny, rules, run.n_prompts, fast=True)
+    unplanted = R.metric_per_prompt(MaskedModel(tiny), sets["held_out"], AblationRule.uniform("mean", "all"))
+    site = dict(name="tiny", layer=1, head=1, strengths=[2.0])
+    row, logits = R.plant_and_recover(tiny, site, 2.0, sets, run, rules, unplanted, control_seeds=1, progress=False)
+    assert row["n_truth"] == sum(len(v) for v in row["truth"].values()) > 0
+    assert {k: len(v) for k, v in row["random_set"].items()} == {k: len(v) for k, v in row["truth"].items()}
+    assert row["recovery"]["total"] == sum(v.numel() for v in logits.values())
+    assert row["remaining"]["planted"]["share"] < row["remaining"]["random"]["share"]
+    assert row["drives_task"] == (row["accuracy"] >= RULES["drives_task"]["min_accuracy"])
+    text = R.findings(dict(plants=[row], unplanted=R.unplanted_control(tiny, sets, run, rules, 1, False), rules=rules))
+    assert "| tiny L1.H1 | 2× |" in text and "Negative control" in text
