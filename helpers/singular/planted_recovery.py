@@ -149,6 +149,16 @@ def recovery(logits: dict[str, torch.Tensor], truth: list[int]) -> dict:
                 auroc=auroc(flat, positive))
 
 
+def kept_by_kind(logits: dict[str, torch.Tensor], layer: int, head: int, truth: dict[str, list[int]]) -> dict[str, dict]:
+    """Per kind of the ground truth ("ov", "qk"): how many of its directions the masks keep at their own cut
+    (logit > 0), of how many, and their logits."""
+    out = {}
+    for kind, ks in truth.items():
+        values = logits[f"{layer}_{kind}"][head, ks].double() if ks else torch.zeros(0, dtype=torch.float64)
+        out[kind] = dict(kept=int((values > 0).sum()), of=len(ks), logits=values.tolist())
+    return out
+
+
 def random_directions(blocks: dict[str, torch.Tensor], layer: int, head: int, truth: dict[str, list[int]],
                       seed: int = 0) -> dict[str, list[int]]:
     """As many directions of each kind as ``truth`` holds, drawn at random (``seed``) from the same head's
@@ -294,6 +304,7 @@ def plant_and_recover(base, site: dict, strength: float, sets: dict, run, rules:
     decoy = random_directions(logits, spec.layer, spec.head, truth, seed=plant_rules["pairs_seed"])
     scores = recovery(logits, flat_indices(logits, spec.layer, spec.head, truth)) if found else None
     decoy_scores = recovery(logits, flat_indices(logits, spec.layer, spec.head, decoy)) if found else None
+    by_kind = kept_by_kind(logits, spec.layer, spec.head, truth)
     circuit = judged_masks(masked, masks, sets, run, control_seeds)
     mean = AblationRule.uniform("mean", "all")
     planted_metric = metric_per_prompt(masked, sets["held_out"], mean)
@@ -306,6 +317,7 @@ def plant_and_recover(base, site: dict, strength: float, sets: dict, run, rules:
                sigma_ov=plant.sigma_ov, head_sigma_ov=plant.head_sigma_ov, sigma_qk_ratio=plant.sigma_qk / plant.head_sigma_qk,
                **{k: v for k, v in effects.items() if k not in ("ov_strength", "qk_boost")},
                truth=truth, n_truth=found, random_set=decoy, recovery=scores, random_recovery=decoy_scores,
+               kept_by_kind=by_kind,
                circuit=circuit, train_kl=float(history["kl"].iloc[-1]), remaining=remaining,
                drives_task=drives_task(effects["accuracy"], rules), recovered=recovered(scores, rules),
                necessary=necessary(remaining["planted"], remaining["random"], rules),
@@ -373,6 +385,10 @@ def _nats(kl: float) -> str:
     return f"{max(kl, 0.0):.3f}"
 
 
+def _kinds_text(kept: dict) -> str:
+    return ", ".join(f"{kept[kind]['kept']} of {kept[kind]['of']}" for kind in ("ov", "qk"))
+
+
 def _verdict(value: bool | None, yes: str, no: str) -> str:
     return "not judged" if value is None else (yes if value else no)
 
@@ -409,6 +425,11 @@ def findings(summary: dict, fast: bool = False) -> str:
             f"{len(rows)} declared strengths. There, **masking recovers it at {len(found)}** (recall ≥ "
             f"{rules['recovered']['min_recall']:g} and AUROC ≥ {rules['recovered']['min_auroc']:g}), and **ablating "
             f"it removes it at {len(needed)}** while a same-count random set of the head's directions does not."]
+    if driving:
+        kinds = {kind: (sum(r["kept_by_kind"][kind]["kept"] for r in driving), sum(r["kept_by_kind"][kind]["of"] for r in driving))
+                 for kind in ("ov", "qk")}
+        out.append(f"- By kind, over those plants, the masks keep {kinds['ov'][0]} of the {kinds['ov'][1]} ground-truth OV "
+                   f"directions and {kinds['qk'][0]} of the {kinds['qk'][1]} QK directions.")
     weak = [r for r in rows if not r["drives_task"] and r["recovered"]]
     if weak:
         where = ", ".join(f"{r['site']} ×{r['strength']:g}" for r in weak)
@@ -419,14 +440,14 @@ def findings(summary: dict, fast: bool = False) -> str:
             f"of the directions at held-out KL {_nats(circuit['kl'])}, against {_nats(circuit['random_kl'])} for its random "
             f"control: it {'beats' if unplanted['circuit_beats_random'] else 'does not beat'} it by the declared "
             f"{rules['unplanted']['circuit_ratio']:g}×.", *attack_lines(summary), "",
-            "| site | strength | accuracy | ground truth (OV + QK) | recall | AUROC (random set) | median rank | "
+            "| site | strength | accuracy | ground truth kept (OV, QK) | recall | AUROC (random set) | median rank | "
             "gain left: planted ablated | random ablated | circuit kept | recovered | necessary |",
             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         rec, rnd = r["recovery"], r["random_recovery"]
         out.append(
             f"| {r['site']} L{r['layer']}.H{r['head']} | {r['strength']:g}× | {r['accuracy']:.2f} | "
-            f"{len(r['truth']['ov'])} + {len(r['truth']['qk'])} | {rec['recall']:.2f} | "
+            f"{_kinds_text(r['kept_by_kind'])} | {rec['recall']:.2f} | "
             f"{rec['auroc']:.3f} ({rnd['auroc']:.3f}) | {rec['median_rank']:.0f} of {rec['total']} | "
             if rec else f"| {r['site']} L{r['layer']}.H{r['head']} | {r['strength']:g}× | {r['accuracy']:.2f} | 0 | – | – | – | ")
         out[-1] += (f"{share_text(r['remaining']['planted'])} | {share_text(r['remaining']['random'])} | "

@@ -217,6 +217,16 @@ def test_recovery_by_hand_and_the_cut_is_strict():
         R.recovery(logits, [])
 
 
+def test_kept_by_kind_counts_each_kinds_ground_truth_at_the_cut():
+    logits = {"2_qk": torch.zeros(3, 4), "2_ov": torch.zeros(3, 5)}
+    logits["2_ov"][1] = torch.tensor([2.0, 0.0, -1.0, 3.0, 5.0])
+    logits["2_qk"][1, 0] = -0.5
+    kept = R.kept_by_kind(logits, 2, 1, {"ov": [0, 1, 2, 3], "qk": [0]})
+    assert kept["ov"]["kept"] == 2 and kept["ov"]["of"] == 4  # logit 0 is not kept
+    assert kept["qk"] == dict(kept=0, of=1, logits=[-0.5])
+    assert R.kept_by_kind(logits, 2, 1, {"ov": [], "qk": [0]})["ov"] == dict(kept=0, of=0, logits=[])
+
+
 def test_random_directions_match_counts_and_avoid_the_truth():
     blocks = {"3_qk": torch.zeros(4, 10), "3_ov": torch.zeros(4, 10)}
     truth = {"ov": [0, 1, 2], "qk": [0]}
