@@ -271,10 +271,15 @@ def planted_check(summaries: dict) -> str:
     aurocs = [r["recovery"]["auroc"] for r in driving if r["recovery"]]
     span = f" (AUROC {min(aurocs):.2f}–{max(aurocs):.2f})" if aurocs else ""
     circuit = unplanted["circuit"]
+    kinds = {kind: (sum(r["kept_by_kind"][kind]["kept"] for r in driving), sum(r["kept_by_kind"][kind]["of"] for r in driving))
+             for kind in ("ov", "qk")} if driving and all("kept_by_kind" in r for r in driving) else None
+    by_kind = (f" Its masks keep {kinds['ov'][0]} of the {kinds['ov'][1]} ground-truth OV directions there and "
+               f"{kinds['qk'][0]} of the {kinds['qk'][1]} QK directions." if kinds else "")
     return (f"**A planted mechanism (notebook 08, the masking method's positive control):** the plant drives the task "
             f"(held-out accuracy ≥ {rules['drives_task']['min_accuracy']:g}) at {len(driving)} of {len(plants)} declared "
-            f"strengths; there notebook 02's recipe recovers it at {len(found)}{span}, and ablating its directions alone "
-            f"removes it at {len(needed)} while a same-count random set of the head's directions does not. The same "
+            f"strengths; there notebook 02's recipe recovers it by the declared rule at {len(found)}{span}, and ablating "
+            f"its directions alone removes it at {len(needed)} while a same-count random set of the head's directions does "
+            f"not.{by_kind} The same "
             f"recipe on the unplanted model (accuracy {unplanted['accuracy']:.2f}, chance {unplanted['chance']:.3f}) keeps "
             f"{100 * circuit['kept_fraction']:.1f} % at held-out KL {max(circuit['kl'], 0):.3f} against "
             f"{circuit['random_kl']:.3f} at random: it {'beats' if unplanted['circuit_beats_random'] else 'does not beat'} "

@@ -263,6 +263,8 @@ def test_planted_check_reports_the_positive_control_or_how_to_run_it():
     summary["unplanted"]["circuit"].update(kept_fraction=0.5)
     text = planted_check({PLANTED_RUN: summary})
     assert "drives the task (held-out accuracy ≥ 0.5) at 1 of 2 declared strengths" in text
-    assert "recovers it at 1 (AUROC 0.99–0.99)" in text and "removes it at 1" in text
+    assert "recovers it by the declared rule at 1 (AUROC 0.99–0.99)" in text and "removes it at 1" in text
+    summary["plants"][1]["kept_by_kind"] = dict(ov=dict(kept=6, of=6), qk=dict(kept=0, of=1))
+    assert "keep 6 of the 6 ground-truth OV directions there and 0 of the 1 QK" in planted_check({PLANTED_RUN: summary})
     assert "keeps 50.0 % at held-out KL 0.000 against 0.000 at random: it does not beat" in text
     assert f"--only {PLANTED_RUN}" in planted_check({})
