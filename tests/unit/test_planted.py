@@ -102,6 +102,9 @@ def test_answer_directions_raise_one_centred_logit_each(tiny, pairs):
     centred = cols - cols.mean(1, keepdim=True)
     n = len(pairs.answer_ids)
     assert torch.allclose(Y @ centred, torch.eye(n, dtype=torch.float64) - 1.0 / n, atol=1e-8)
+    # the least-norm such map: its rows lie in the span of the centred columns, nothing along the answers' mean
+    span = P.orthonormal(centred)
+    assert torch.allclose(Y @ span @ span.T, Y, atol=1e-8)
 
 
 @pytest.fixture(scope="module")
