@@ -144,13 +144,13 @@ def planted_task(model, pairs: Pairs, n: int, seed: int = 0) -> PlantedTask:
     clean_t, pos = _tokenise(model, clean)
     corrupt_t, pos_c = _tokenise(model, corrupt)
     _check_aligned(pos, pos_c, TASK_NAME)
-    trigger_ids = torch.tensor(pairs.trigger_ids)
-    pair = torch.tensor([r[0] for r in rows])
-    other = torch.tensor([r[1] for r in rows])
+    trigger_ids = torch.tensor(pairs.trigger_ids, device="cpu")
+    pair = torch.tensor([r[0] for r in rows], device="cpu")
+    other = torch.tensor([r[1] for r in rows], device="cpu")
     found = clean_t == trigger_ids[pair][:, None]
-    if not torch.equal(found.sum(1), torch.ones(n, dtype=torch.long)):
+    if not torch.equal(found.sum(1), torch.ones(n, dtype=torch.long, device="cpu")):
         raise AssertionError("a planted prompt does not hold its trigger exactly once as a token")
-    answers = torch.tensor(pairs.answer_ids)
+    answers = torch.tensor(pairs.answer_ids, device="cpu")
     task = Task(TASK_NAME, clean, clean_t, corrupt_t, pos, answers[pair], answers[other],
                 "logit diff answer − other pair's answer", dropped=pairs.dropped)
     return PlantedTask(task, pairs, pair, other, found.float().argmax(1))
@@ -165,7 +165,7 @@ def planted_sets(model, pairs: Pairs, sizes: dict[str, int], seed: int = 0) -> d
     pool = planted_task(model, pairs, sum(sizes.values()), seed)
     out, start = {}, 0
     for name, n in sizes.items():
-        out[name] = pool.subset(torch.arange(start, start + n))
+        out[name] = pool.subset(torch.arange(start, start + n, device="cpu"))
         start += n
     return out
 
@@ -189,7 +189,7 @@ def ridge_probe(inputs: torch.Tensor, targets: torch.Tensor, ridge: float) -> to
     """[d, k] least-squares map inputs [m, d] → targets [m, k] with a ridge of ``ridge`` × mean ‖input‖²."""
     X, Y = inputs.double(), targets.double()
     lam = ridge * float((X * X).sum(1).mean())
-    return torch.linalg.solve(X.T @ X + lam * torch.eye(X.shape[1], dtype=X.dtype), X.T @ Y)
+    return torch.linalg.solve(X.T @ X + lam * torch.eye(X.shape[1], dtype=X.dtype, device=X.device), X.T @ Y)
 
 
 def least_rotated_dim(model) -> int:
@@ -269,9 +269,9 @@ def design_plant(model, spec: PlantSpec, probe: PlantedTask, unrelated: torch.Te
     task, layer, head = probe.task, spec.layer, spec.head
     X = attention_inputs(model, task.clean, layer)  # [n, T, d]: x̂ ⊙ g, what q/k/v_proj read
     n, T, d = X.shape
-    valid = torch.arange(T)[None, :] <= task.answer_pos[:, None]
-    rows = torch.arange(n)
-    targets = torch.zeros(n, T, spec.n_pairs + 1, dtype=torch.float64)  # which trigger; last: the answer position
+    valid = torch.arange(T, device="cpu")[None, :] <= task.answer_pos[:, None]
+    rows = torch.arange(n, device="cpu")
+    targets = torch.zeros(n, T, spec.n_pairs + 1, dtype=torch.float64, device="cpu")  # which trigger; last: the answer position
     targets[rows, probe.trigger_pos, probe.pair] = 1.0
     targets[rows, task.answer_pos, -1] = 1.0
     negatives = attention_inputs(model, unrelated, layer).reshape(-1, d)
@@ -343,7 +343,7 @@ def attention_to_trigger(model, planted: PlantedTask, layer: int, head: int) -> 
     with torch.no_grad():
         model.bridge.run_with_hooks(task.clean.to(model.device),
                                     fwd_hooks=[(name, lambda value, hook: store.setdefault("p", value.detach()))])
-    rows = torch.arange(len(task))
+    rows = torch.arange(len(task), device=store["p"].device)
     return store["p"][rows, head, task.answer_pos.to(store["p"].device), planted.trigger_pos.to(store["p"].device)].cpu()
 
 
@@ -368,7 +368,7 @@ def unrelated_tokens(model, n: int = 16, length: int = 32, skip: int = 0) -> tor
             rows.append([model.tokenizer.bos_token_id] + ids[: length - 1])
         if len(rows) == skip + n:
             break
-    return torch.tensor(rows[skip:], dtype=torch.long)
+    return torch.tensor(rows[skip:], dtype=torch.long, device="cpu")
 
 
 def plant_effects(model, unplanted, planted: PlantedTask, spec: PlantSpec, unrelated: torch.Tensor) -> dict:

@@ -140,7 +140,7 @@ def recovery(logits: dict[str, torch.Tensor], truth: list[int]) -> dict:
     ties mid-ranked), and the AUROC of the logits for planted against all others."""
     if not truth:
         raise ValueError("no planted direction to score: the plant left none above the declared energy share")
-    flat = torch.cat([v.detach().reshape(-1).double().cpu() for v in logits.values()]).numpy()
+    flat = torch.cat([v.detach().reshape(-1).double().cpu() for v in logits.values()]).cpu().numpy()
     positive = np.zeros(len(flat), dtype=bool)
     positive[truth] = True
     ranks = mid_ranks(flat)[positive]
@@ -154,7 +154,7 @@ def kept_by_kind(logits: dict[str, torch.Tensor], layer: int, head: int, truth: 
     (logit > 0), of how many, and their logits."""
     out = {}
     for kind, ks in truth.items():
-        values = logits[f"{layer}_{kind}"][head, ks].double() if ks else torch.zeros(0, dtype=torch.float64)
+        values = logits[f"{layer}_{kind}"][head, ks].double() if ks else torch.zeros(0, dtype=torch.float64, device="cpu")
         out[kind] = dict(kept=int((values > 0).sum()), of=len(ks), logits=values.tolist())
     return out
 
@@ -167,11 +167,11 @@ def random_directions(blocks: dict[str, torch.Tensor], layer: int, head: int, tr
     out = {}
     for kind, ks in truth.items():
         width = blocks[f"{layer}_{kind}"].shape[-1]
-        others = torch.tensor([k for k in range(width) if k not in ks])
+        others = torch.tensor([k for k in range(width) if k not in ks], device="cpu")
         if len(others) < len(ks):
             raise ValueError(f"L{layer}.H{head} {kind}: {len(ks)} planted directions but only {len(others)} others to draw "
                              f"a same-count random set from: plant fewer pairs (n_pairs) or into a wider head")
-        out[kind] = sorted(others[torch.randperm(len(others), generator=generator)[: len(ks)]].tolist())
+        out[kind] = sorted(others[torch.randperm(len(others), generator=generator, device="cpu")[: len(ks)]].tolist())
     return out
 
 
@@ -189,15 +189,15 @@ def remaining_share(ablated: torch.Tensor, planted: torch.Tensor, unplanted: tor
     mean unplanted) of a per-prompt metric on the same prompts, with a 95 % CI from a paired bootstrap over
     prompts (percentile). 1: the ablation changed nothing; 0: it brought the metric back to the unplanted
     model's. None where the plant adds nothing (its gain is not positive)."""
-    a, p, u = (torch.as_tensor(x, dtype=torch.float64).cpu() for x in (ablated, planted, unplanted))
+    a, p, u = (torch.as_tensor(x, dtype=torch.float64, device="cpu") for x in (ablated, planted, unplanted))
     if not a.shape == p.shape == u.shape or a.ndim != 1:
         raise ValueError(f"per-prompt metrics of the same prompts expected; got shapes {a.shape}, {p.shape}, {u.shape}")
     gain = float((p - u).mean())
     if gain <= 0:
         return dict(share=None, low=None, high=None, gain=gain)
-    rows = torch.randint(len(a), (n_boot, len(a)), generator=torch.Generator().manual_seed(seed))
+    rows = torch.randint(len(a), (n_boot, len(a)), generator=torch.Generator().manual_seed(seed), device="cpu")
     boot = (a[rows] - u[rows]).mean(1) / (p[rows] - u[rows]).mean(1)
-    low, high = torch.quantile(boot, torch.tensor([0.025, 0.975], dtype=torch.float64)).tolist()
+    low, high = torch.quantile(boot, torch.tensor([0.025, 0.975], dtype=torch.float64, device="cpu")).tolist()
     return dict(share=float((a - u).mean()) / gain, low=low, high=high, gain=gain)
 
 
