@@ -260,6 +260,8 @@ def attack_known_yes(summaries: dict) -> str:
 def planted_check(summaries: dict) -> str:
     """One paragraph on notebook 08, the masking method's positive control: where the plant drives the task, is it
     recovered and is it necessary; and the unplanted model's circuit against its random control."""
+    from helpers.singular.planted_recovery import kept_over
+
     summary = summaries.get(PLANTED_RUN)
     if not summary:
         return (f"A planted mechanism (notebook 08, the masking method's positive control): not run yet "
@@ -271,8 +273,7 @@ def planted_check(summaries: dict) -> str:
     aurocs = [r["recovery"]["auroc"] for r in driving if r["recovery"]]
     span = f" (AUROC {min(aurocs):.2f}–{max(aurocs):.2f})" if aurocs else ""
     circuit = unplanted["circuit"]
-    kinds = {kind: (sum(r["kept_by_kind"][kind]["kept"] for r in driving), sum(r["kept_by_kind"][kind]["of"] for r in driving))
-             for kind in ("ov", "qk")} if driving and all("kept_by_kind" in r for r in driving) else None
+    kinds = kept_over(driving) if driving and all("kept_by_kind" in r for r in driving) else None
     by_kind = (f" Its masks keep {kinds['ov'][0]} of the {kinds['ov'][1]} ground-truth OV directions there and "
                f"{kinds['qk'][0]} of the {kinds['qk'][1]} QK directions." if kinds else "")
     return (f"**A planted mechanism (notebook 08, the masking method's positive control):** the plant drives the task "

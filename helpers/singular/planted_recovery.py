@@ -371,6 +371,12 @@ def recover_plants(base, sites: list[dict], sets: dict, run, rules: dict, contro
 
 # --- what notebook 08 found ------------------------------------------------------------------------------------
 
+def kept_over(rows: list[dict]) -> dict[str, tuple[int, int]]:
+    """Per kind ("ov", "qk"), over ``rows`` (plants), the ground-truth directions kept and their number."""
+    return {kind: (sum(r["kept_by_kind"][kind]["kept"] for r in rows), sum(r["kept_by_kind"][kind]["of"] for r in rows))
+            for kind in ("ov", "qk")}
+
+
 def share_text(share: dict | None) -> str:
     """A remaining share with its 95 % CI, or why there is none."""
     if share is None:
@@ -426,8 +432,7 @@ def findings(summary: dict, fast: bool = False) -> str:
             f"{rules['recovered']['min_recall']:g} and AUROC ≥ {rules['recovered']['min_auroc']:g}), and **ablating "
             f"it removes it at {len(needed)}** while a same-count random set of the head's directions does not."]
     if driving:
-        kinds = {kind: (sum(r["kept_by_kind"][kind]["kept"] for r in driving), sum(r["kept_by_kind"][kind]["of"] for r in driving))
-                 for kind in ("ov", "qk")}
+        kinds = kept_over(driving)
         out.append(f"- By kind, over those plants, the masks keep {kinds['ov'][0]} of the {kinds['ov'][1]} ground-truth OV "
                    f"directions and {kinds['qk'][0]} of the {kinds['qk'][1]} QK directions.")
     weak = [r for r in rows if not r["drives_task"] and r["recovered"]]
