@@ -24,6 +24,7 @@ import pandas as pd
 
 from helpers.core.cache import atomic_write_json
 from helpers.core.device import DeviceUnavailableError
+from helpers.core.folder_checks import ModelFolderError
 from helpers.core.models import ModelUnavailableError, load_model
 from helpers.summaries import summary_value
 from helpers.singular.circuit_files import check_model, circuit_prompts, load_circuit
@@ -135,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = evaluate_file(args.circuit, args.prompts, args.seed, args.control_seeds, args.ranking,
                                weights_dir=args.weights_dir, device=args.device, adversarial=args.adversarial)
-    except (FileNotFoundError, ValueError, ModelUnavailableError, DeviceUnavailableError) as err:
+    except (FileNotFoundError, ValueError, ModelUnavailableError, ModelFolderError, DeviceUnavailableError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(report(result))

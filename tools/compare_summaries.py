@@ -13,6 +13,9 @@ With ``--tolerance FILE`` (for results computed on another device, where roundin
 number that differs by more than rounding passes when a rule of FILE covers its run and path and it lies
 within the rule's bound; every other number must still agree up to rounding, and every string and
 boolean (verdicts, pass marks) exactly. The rules are declared before the comparison they judge.
+
+A summary computed on another model (its ``weights_sha256`` or ``tokenizer_sha256`` changed, where both sides
+record them) is not compared number by number: it is reported as another model, and the comparison fails.
 """
 import argparse
 import decimal
@@ -27,6 +30,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 TIMING = ("seconds", "wall_time")
 RECORDS = (".numerics.",)  # where a run computed (device, builds, flags): shown, never compared
+MODEL_FINGERPRINTS = ("weights_sha256", "tokenizer_sha256")
+
+
+def model_change(old: dict, new: dict) -> list[str]:
+    """How the model of two summaries differs: each fingerprint both record and that changed."""
+    return [f"{key} {old[key][:12]}… → {new[key][:12]}…" for key in MODEL_FINGERPRINTS
+            if key in old and key in new and old[key] != new[key]]
 
 
 def rounding_tolerance(a: float, b: float) -> float:
@@ -165,8 +175,12 @@ def main() -> int:
         if shown.returncode:
             print(f"{run}: no {relative} at {args.rev}")
             continue
-        result = compare(json.loads(shown.stdout), json.loads((ROOT / relative).read_text()),
-                         within=tolerance_of(rules, run) if rules is not None else None)
+        old, new = json.loads(shown.stdout), json.loads((ROOT / relative).read_text())
+        if changed := model_change(old, new):
+            print(f"{run}: another model ({'; '.join(changed)}): its numbers are not compared")
+            failed = True
+            continue
+        result = compare(old, new, within=tolerance_of(rules, run) if rules is not None else None)
         print(f"{run}: {result['identical']} identical, {result['rounding']} equal up to rounding "
               f"(largest gap {result['largest_rounding']:.2g}), "
               f"{result['nan_as_null']} NaN now written as null, "

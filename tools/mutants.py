@@ -208,6 +208,17 @@ MUTANTS = [  # (file, original text, mutated text, tests to run, what the mutant
  ('helpers/singular/planted.py', '    corrupt = [text(w, s, pairs.triggers[o]) for _, o, s, w in rows]', '    corrupt = [text(w, (s + 1) % N_WORDS, pairs.triggers[o]) for _, o, s, w in rows]', 'tests/unit/test_planted.py', 'corrupted trigger in another slot'),
  ('helpers/singular/attack_calibration.py', '    return dict(says_yes=says_yes, tells_apart=says_yes and not by["random"]["survives"])', '    return dict(says_yes=says_yes, tells_apart=not by["random"]["survives"])', 'tests/unit/test_attack_calibration.py', 'the attack tells circuits apart even when it breaks the inert one'),
  ('helpers/singular/attack_calibration.py', '    for which, circuit in (("inert", inert), ("random", random_like(inert, control_seed))):', '    for which, circuit in (("inert", inert), ("random", inert)):', 'tests/unit/test_attack_calibration.py', 'the random control is the inert circuit itself'),
+ ('helpers/core/folder_checks.py', '    if entries < MIN_TOKENIZER_ENTRIES:', '    if entries <= MIN_TOKENIZER_ENTRIES:', 'tests/unit/test_folder_checks.py', 'the degenerate floor refuses a tokenizer at the floor'),
+ ('helpers/core/folder_checks.py', '    if entries > embedding_rows:', '    if entries >= embedding_rows:', 'tests/unit/test_folder_checks.py', 'a tokenizer as large as the embedding refused'),
+ ('helpers/core/folder_checks.py', '    if missing:', '    if False:', 'tests/unit/test_folder_checks.py', 'weights missing a tensor filled at random'),
+ ('helpers/core/folder_checks.py', '        if found != expected:', '        if False:', 'tests/unit/test_folder_checks.py', 'an undeclared truncation accepted'),
+ ('helpers/core/folder_checks.py', '    if found != declared:', '    if False:', 'tests/unit/test_folder_checks.py', 'a declared truncation of the wrong length accepted'),
+ ('helpers/core/folder_checks.py', '        if got != ids:', '        if False:', 'tests/unit/test_folder_checks.py', 'declared word ids not checked'),
+ ('helpers/core/folder_checks.py', '    special = dict(bos=tokenizer.bos_token_id, eos=tokenizer.eos_token_id, pad=tokenizer.pad_token_id,', '    special = dict(bos=tokenizer.bos_token_id, eos=tokenizer.eos_token_id, pad=None,', 'tests/unit/test_folder_checks.py', 'the tokenizer fingerprint ignores the pad id'),
+ ('helpers/core/models.py', '                      weights_sha256=self.weights_sha256, tokenizer_sha256=self.tokenizer_sha256,', '                      weights_sha256=self.weights_sha256,', 'tests/unit/test_folder_checks.py tests/unit/test_circuit_files.py', 'runs do not record the tokenizer fingerprint'),
+ ('helpers/singular/planted.py', '    model.__dict__.pop("weights_sha256", None)  # a digest taken before the plant would name the unplanted weights', '', 'tests/unit/test_folder_checks.py', 'a planted model keeps the digest of its unplanted weights'),
+ ('helpers/singular/circuit_files.py', '    if saved.get("tokenizer_sha256", model.tokenizer_sha256) != model.tokenizer_sha256:  # files before it: unrecorded', '    if False:', 'tests/unit/test_circuit_files.py', 'a circuit loaded with another tokenizer'),
+ ('tools/compare_summaries.py', '            if key in old and key in new and old[key] != new[key]]', '            if key in old and key in new]', 'tests/unit/test_compare_summaries.py', 'an unchanged fingerprint reported as another model'),
 ]
 
 

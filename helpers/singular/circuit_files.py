@@ -88,7 +88,7 @@ def make_circuit(model, masks: DirectionMasks, kept: FixedMasks, kept_rule: str,
         raise ValueError("the kept set and the masks cover different blocks")
     metadata = dict(
         format=FILE_FORMAT, format_version=FORMAT_VERSION, label=label,
-        model={**model.record(), "weights_sha256": model.weights_sha256},
+        model=model.record(),
         svd_convention=SVD_CONVENTION, score=SCORE,
         ablation_rule=rule.record(),
         task=dict(name=task_name, n_prompts=run.n_prompts, seed=run.seed, split="half train, half held out (seed)",
@@ -168,6 +168,10 @@ def check_model(circuit: Circuit, model, path: str | Path = "circuit") -> None:
                                f"({saved['weights_source']}); the loaded {model.name} has "
                                f"{model.weights_sha256[:16]}… ({model.weights_source}): other weights, so its "
                                f"directions are other directions")
+    if saved.get("tokenizer_sha256", model.tokenizer_sha256) != model.tokenizer_sha256:  # files before it: unrecorded
+        raise CircuitFileError(f"{path} was made with a tokenizer of sha256 {saved['tokenizer_sha256'][:16]}…; the "
+                               f"loaded {model.name}'s is {model.tokenizer_sha256[:16]}…: its prompts were other "
+                               f"tokens. Load the model with the tokenizer it was made with.")
     if circuit.metadata["svd_convention"] != SVD_CONVENTION:
         raise CircuitFileError(f"{path} indexes directions under another SVD convention "
                                f"({circuit.metadata['svd_convention']!r}); this package's is {SVD_CONVENTION!r}")

@@ -98,14 +98,8 @@ def gpt2_shaped_with_biases(folder, processing: str = "fold_norm", seed: int = 0
     whose every bias and norm gain is non-zero, written to ``folder`` as the hub's files (config.json,
     model.safetensors) and read back by the real loader as ``gpt2-small``: the model on which the bias terms
     of the identities are tested, where the embedded models have none."""
-    from dataclasses import replace
-    from pathlib import Path
+    from helpers.core.models import load_model
+    from helpers.core.stand_ins import write_stand_in
 
-    from helpers.core.models import MODELS, load_model, tiny_hf_model
-
-    shapes = replace(MODELS["tiny-gpt2"], tiny_config=dict(model_type="gpt2", n_layer=12, n_embd=768, n_head=12,
-                                                           n_positions=1024))
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    tiny_hf_model(shapes, seed).save_pretrained(folder, safe_serialization=True)
+    folder = write_stand_in("gpt2-small", folder, seed=seed, dtype=torch.float32)
     return load_model("gpt2-small", processing=processing, weights_dir=folder, device=device)

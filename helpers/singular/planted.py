@@ -314,6 +314,7 @@ def apply_plant(model, plant: Plant) -> None:
         attn.k_proj.weight[g * dh + plant.dim] = plant.key_row.to(attn.k_proj.weight)
         attn.v_proj.weight[g * dh:(g + 1) * dh] += plant.dW_V.T.to(attn.v_proj.weight)
         attn.o_proj.weight[:, h * dh:(h + 1) * dh] += plant.dW_O.T.to(attn.o_proj.weight)
+    model.__dict__.pop("weights_sha256", None)  # a digest taken before the plant would name the unplanted weights
 
 
 def planted_model(name: str, plant: Plant, processing: str = "fold_norm", device: str = "cpu"):

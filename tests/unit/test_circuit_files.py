@@ -60,6 +60,7 @@ def test_metadata_names_what_the_issue_asks_for():
     model, _, _, circuit, _, _ = trained_circuit()
     meta = circuit.metadata
     assert meta["model"]["model"] == "tiny-llama" and meta["model"]["weights_sha256"] == model.weights_sha256
+    assert meta["model"]["tokenizer_sha256"] == model.tokenizer_sha256
     assert meta["model"]["processing"] == "fold_norm" and "descending singular value" in meta["svd_convention"]
     assert meta["ablation_rule"]["name"] == "corrupted@all" and meta["task"]["name"] == "ioi"
     assert meta["task"]["seed"] == RUN.seed and meta["training"]["steps"] == RUN.steps
@@ -80,6 +81,15 @@ def test_loading_refuses_another_model_other_weights_or_processing(tmp_path):
     other = save_circuit(type(circuit)(circuit.kept, circuit.scores, meta), tmp_path / "e.safetensors")
     with pytest.raises(CircuitFileError, match="another SVD convention"):
         load_circuit(other, cached_model("tiny-llama", "fold_norm"))
+    record = dict(circuit.metadata["model"], tokenizer_sha256="0" * 64)
+    retokenised = save_circuit(type(circuit)(circuit.kept, circuit.scores, dict(circuit.metadata, model=record)),
+                               tmp_path / "f.safetensors")
+    with pytest.raises(CircuitFileError, match="tokenizer of sha256 0000.*other tokens"):
+        load_circuit(retokenised, cached_model("tiny-llama", "fold_norm"))
+    unrecorded = {k: v for k, v in circuit.metadata["model"].items() if k != "tokenizer_sha256"}
+    older = save_circuit(type(circuit)(circuit.kept, circuit.scores, dict(circuit.metadata, model=unrecorded)),
+                         tmp_path / "g.safetensors")
+    load_circuit(older, cached_model("tiny-llama", "fold_norm"))  # made before fingerprints were recorded
 
 
 def test_loading_refuses_files_that_are_not_circuits(tmp_path):

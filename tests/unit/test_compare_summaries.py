@@ -119,3 +119,13 @@ def test_every_declared_device_tolerance_covers_numbers_of_the_committed_summari
                 covered[rule.name] += 1
     assert all(covered.values()), f"rules that cover no number (a mistyped pattern?): {covered}"
     assert not any(re.search(r"seconds|threads|alpha|seed|steps", p) for r in declared for p in r.paths)
+
+
+def test_a_change_of_weights_or_tokenizer_is_another_model_and_older_summaries_are_not():
+    base = {"model": "m", "weights_sha256": "a" * 64, "tokenizer_sha256": "b" * 64, "kl": 0.1}
+    assert tool.model_change(base, dict(base, kl=0.2)) == []
+    assert tool.model_change(base, dict(base, tokenizer_sha256="c" * 64)) == ["tokenizer_sha256 bbbbbbbbbbbb… → cccccccccccc…"]
+    assert [c.split()[0] for c in tool.model_change(base, dict(base, weights_sha256="d" * 64, tokenizer_sha256="e" * 64))] \
+        == ["weights_sha256", "tokenizer_sha256"]
+    older = {"model": "m", "kl": 0.1}  # written before runs recorded fingerprints: compared as before
+    assert tool.model_change(older, base) == [] and tool.model_change(base, older) == []

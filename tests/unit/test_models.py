@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from helpers.core.cache import atomic_dir
-from helpers.core.models import (MODELS, ModelUnavailableError, available_models, gguf_path, gpt2_tokenizer, load_model,
-                            tiny_hf_model)
+from helpers.core.folder_checks import ModelFolderError
+from helpers.core.models import MODELS, ModelUnavailableError, available_models, gguf_path, gpt2_tokenizer, load_model
 
 
 def test_gpt2_tokenizer_works_offline_with_gpt2_ids():
@@ -42,7 +42,7 @@ def test_bad_processing_is_refused():
 
 
 def test_weights_dir_without_config_is_refused(tmp_path):
-    with pytest.raises(ModelUnavailableError, match="weights_dir=.*holds no config.json"):
+    with pytest.raises(ModelFolderError, match="weights_dir=.*holds no config.json"):
         load_model("gemma-2-2b", weights_dir=tmp_path)
 
 
@@ -56,35 +56,6 @@ def test_the_environment_variable_route_is_named_in_its_errors(tmp_path, monkeyp
     with pytest.raises(ModelUnavailableError, match=r"\$SVDIRS_WEIGHTS_GPT2_SMALL=.*does not exist") as err:
         load_model("gpt2-small")
     assert "weights_dir=" not in str(err.value)
-
-
-def test_a_weights_folder_of_another_architecture_is_refused(tmp_path):
-    tiny_hf_model(MODELS["tiny-gemma3"], seed=0).save_pretrained(tmp_path)
-    gpt2_tokenizer().save_pretrained(tmp_path)
-    with pytest.raises(ModelUnavailableError, match="model_type 'gemma3_text'.*'gpt2-small' is a 'gpt2' model"):
-        load_model("gpt2-small", weights_dir=tmp_path)
-
-
-def test_truncated_weights_in_a_local_folder_are_an_error_naming_the_folder_and_the_fix(tmp_path):
-    tiny_hf_model(MODELS["tiny-gpt2"], seed=0).save_pretrained(tmp_path)
-    gpt2_tokenizer().save_pretrained(tmp_path)
-    weights = tmp_path / "model.safetensors"
-    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
-    with pytest.raises(ModelUnavailableError, match=f"weights in {tmp_path} cannot be read.*truncated.*replace"):
-        load_model("gpt2-small", weights_dir=tmp_path)
-
-
-@pytest.mark.parametrize("hub_name,tiny_name", [("gpt2-small", "tiny-gpt2"), ("gemma-2-2b", "tiny-gemma2")])
-def test_hub_models_load_from_a_local_folder(tmp_path, hub_name, tiny_name):
-    """The real loading path of hub models, up to the weights: a local Hugging Face folder."""
-    tiny_hf_model(MODELS[tiny_name], seed=0).save_pretrained(tmp_path)
-    gpt2_tokenizer().save_pretrained(tmp_path)
-    tiny = load_model(tiny_name, seed=0)
-    model = load_model(hub_name, weights_dir=tmp_path)
-    assert model.weights_source == str(tmp_path)
-    tokens = model.to_tokens("When Mary and John went")
-    with torch.no_grad():
-        torch.testing.assert_close(model.bridge(tokens), tiny.bridge(tokens))
 
 
 def test_gguf_with_wrong_hash_is_refused_before_loading():
