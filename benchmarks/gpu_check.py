@@ -42,23 +42,15 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-SHAPES = {  # the published configurations (the converted checkpoints' config.json; Gemma-2-2B's from its card),
-    # except SmolLM2's vocabulary: 50,257 instead of 49,152, because random-weight models read the GPT-2
-    # tokenizer, whose ids (BOS 50256) must exist (2 % more LM head)
-    "smollm2-135m": dict(model_type="llama", vocab_size=50257, hidden_size=576, intermediate_size=1536,
-                         num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3, head_dim=64,
-                         hidden_act="silu", tie_word_embeddings=True, max_position_embeddings=8192),
-    "gpt2-small": dict(model_type="gpt2", vocab_size=50257, n_embd=768, n_layer=12, n_head=12, n_positions=1024),
-    "gemma-3-270m": dict(model_type="gemma3_text", vocab_size=262144, hidden_size=640, intermediate_size=2048,
-                         num_hidden_layers=18, num_attention_heads=4, num_key_value_heads=1, head_dim=256,
-                         query_pre_attn_scalar=256, sliding_window=512, hidden_activation="gelu_pytorch_tanh",
-                         tie_word_embeddings=True, max_position_embeddings=32768),
-    "gemma-2-2b": dict(model_type="gemma2", vocab_size=256000, hidden_size=2304, intermediate_size=9216,
-                       num_hidden_layers=26, num_attention_heads=8, num_key_value_heads=4, head_dim=256,
-                       query_pre_attn_scalar=256, sliding_window=4096, attn_logit_softcapping=50.0,
-                       final_logit_softcapping=30.0, hidden_activation="gelu_pytorch_tanh",
-                       max_position_embeddings=8192),
-}
+def shape_config(name: str) -> dict:
+    """A registry model's published configuration (``helpers.core.models.MODELS``), except SmolLM2's vocabulary:
+    50,257 instead of 49,152, because random-weight models read the GPT-2 tokenizer, whose ids (BOS 50256) must
+    exist (2 % more LM head)."""
+    from helpers.core.models import MODELS
+
+    return {**MODELS[name].published_config, **({"vocab_size": 50257} if name == "smollm2-135m" else {})}
+
+
 PARITY_RUNS = ROOT / "tests" / "tiny_runs.toml"  # every notebook on tiny models, shared with the tests
 
 
@@ -162,7 +154,7 @@ def mask_step_timings(name: str, device: str, batches, quick: bool) -> dict:
     rows = {}
     for side in dict.fromkeys(["cpu", device]):
         reset_peak(side)
-        model = model_from_config(name, SHAPES[name], device=side)
+        model = model_from_config(name, shape_config(name), device=side)
         masked, rule = MaskedModel(model), AblationRule.uniform()
         for batch in batches:
             if side == "cpu" and batch > 16 and not quick:
@@ -195,7 +187,7 @@ def corpus_and_steer_timings(name: str, device: str, layers, n_tokens: int, cpu_
     for side in dict.fromkeys(["cpu", device]):
         tokens = cpu_tokens if side == "cpu" else n_tokens
         reset_peak(side)
-        model = model_from_config(name, SHAPES[name], device=side)
+        model = model_from_config(name, shape_config(name), device=side)
         sample = sample_tokens(gpt2_tokenizer(), "python-docs", n_tokens=tokens, seed=0, tokenizer_name="gpt2")
         start = time.perf_counter()
         plans = build_plans(model, all_sites(model, layers), thresholds)  # weight-side sets: on the CPU always

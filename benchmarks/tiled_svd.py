@@ -32,12 +32,9 @@ from helpers.tiled.verdicts import check_a, check_b
 from helpers.tiled.statistics import SiteStatistics, pass_tokens
 from helpers.tiled.sites import all_sites
 from helpers.tiled.corpus import corpus_paragraphs, sample_tokens
-from helpers.core.models import load_model, model_from_config
+from helpers.core.models import MODELS, load_model, model_from_config
 
-GEMMA_2_2B = dict(model_type="gemma2", vocab_size=256000, hidden_size=2304, intermediate_size=9216,
-                  num_hidden_layers=26, num_attention_heads=8, num_key_value_heads=4, head_dim=256,
-                  query_pre_attn_scalar=256, sliding_window=4096, attn_logit_softcapping=50.0,
-                  final_logit_softcapping=30.0, hidden_activation="gelu_pytorch_tanh", max_position_embeddings=8192)
+GEMMA_2_2B = MODELS["gemma-2-2b"].published_config
 
 
 def peak_gib() -> float:

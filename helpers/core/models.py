@@ -325,9 +325,8 @@ def model_from_config(name: str, config: dict, seed: int = 0, processing: str = 
 
     device = resolve_device(device)
     configure(device)
-    options = dict(config)
-    hf_config = AutoConfig.for_model(options.pop("model_type"), bos_token_id=50256, eos_token_id=50256,
-                                     pad_token_id=50256, **options)
+    options = {**config, "bos_token_id": 50256, "eos_token_id": 50256, "pad_token_id": 50256}
+    hf_config = AutoConfig.for_model(options.pop("model_type"), **options)
     torch.manual_seed(seed)
     hf_model = AutoModelForCausalLM.from_config(hf_config, attn_implementation="eager").float().to(device).eval()
     hf_model.config.architectures = [type(hf_model).__name__]
