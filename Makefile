@@ -38,10 +38,11 @@ $(STAMP): requirements.txt requirements.lock pyproject.toml
 	touch $(STAMP)
 
 # Regenerate every figure on the embedded default models (FAST=1 for the short CI sequence;
-# PROFILE=workshop for the workshop sizes, into figures-workshop/; EXECUTOR=local for a pool of workers).
+# PROFILE=workshop for the workshop sizes, into figures-workshop/; PROFILE=paper-models for the papers' own
+# models, into figures-paper-models/, then RESULTS.md's section on them; EXECUTOR=local for a pool of workers).
 figures: $(STAMP)
 	$(BIN)/python -m helpers.pipeline $(if $(FAST),--fast) $(if $(PROFILE),--profile $(PROFILE)) $(if $(EXECUTOR),--executor $(EXECUTOR))
-	$(if $(FAST)$(PROFILE),,$(BIN)/python -m helpers.reproduction)  # RESULTS.md, the README's verdicts, summary figures
+	$(if $(FAST),,$(if $(filter-out paper-models,$(PROFILE)),,$(BIN)/python -m helpers.reproduction))  # RESULTS.md, the README's verdicts, summary figures
 	$(if $(filter workshop,$(PROFILE)),$(BIN)/python -m helpers.workshop)  # what its sizes must still show
 
 # Score every committed circuit file with the pinned evaluator (reports in figures/evaluations/).

@@ -190,7 +190,7 @@ def identities_claim(summaries: dict, rules: dict) -> Claim:
     claim = "Biases fold into augmented QK, OV and MLP matrices exactly (GPT-2 small)"
     runs = [run for run, summary in summaries.items() if summary]
     if not runs:
-        return _missing(1, claim, RUNS["identities"][0], "identities")
+        return _missing(1, claim, next(iter(summaries)), "identities")
     if any("largest_bias" not in summaries[run] for run in runs):
         return Claim(1, claim, "", "", "", f"{NOT_TESTABLE}: rerun notebook 01 (its summary predates the bias check: "
                      f"`python -m helpers.pipeline --only {' '.join(runs)}`)", "",
@@ -429,6 +429,7 @@ def check_claims(summary: dict | None, coverage: dict | None, rules: dict, run: 
     c_rows = summary.get("check_c") or []
     random_wins = sum(row["rho_random"] > row["rho_tile"] for row in c_rows)
     substitute = (f"{summary['model']} ({summary['n_layers']} layers) stands in for Gemma-2-2B (26); "
+                  "the weights' shape alone may set these lifts" if summary["model"] != "gemma-2-2b" else
                   "the weights' shape alone may set these lifts")
     caveats = {
         "A1": substitute, "A2": substitute, "A4": substitute,
@@ -447,12 +448,23 @@ def check_claims(summary: dict | None, coverage: dict | None, rules: dict, run: 
     return claims
 
 
-def all_claims(summaries: dict, rules: dict | None = None) -> list[Claim]:
-    """Every claim, paper 1 then paper 2, from ``summaries`` (run name → summary dict)."""
+def on_models(runs, paper_1: str, paper_2: str):
+    """``RUNS`` or ``VALIDATION_RUNS`` with their models replaced: the same runs on ``paper_1``'s and
+    ``paper_2``'s models (the paper-models profile's: gpt2-small, gemma-2-2b)."""
+    def renamed(run: str) -> str:
+        return run.replace("smollm2-135m", paper_1).replace("gemma-3-270m", paper_2)
+    return {key: tuple(map(renamed, v)) if isinstance(v, tuple) else renamed(v) for key, v in runs.items()}
+
+
+def all_claims(summaries: dict, rules: dict | None = None, runs: dict = RUNS,
+               validation_runs: dict = VALIDATION_RUNS) -> list[Claim]:
+    """Every claim, paper 1 then paper 2, from ``summaries`` (run name → summary dict) of ``runs`` (by default
+    the embedded models' runs; ``on_models`` names the same runs on the papers' own models)."""
     rules = rules or load_rules()
-    return [identities_claim({run: summaries.get(run) for run in RUNS["identities"]}, rules),
-            *(sparsity_claim(task, summaries.get(RUNS[task]), rules, validation=summaries.get(VALIDATION_RUNS[task]))
-              for task in TASK_NAMES),
-            *subfunction_claims(summaries.get(RUNS["head"]), rules), receptor_claim(summaries.get(RUNS["receptors"]), rules),
-            tiled_claim(summaries.get(RUNS["tiled"]), rules),
-            *check_claims(summaries.get(RUNS["tiled"]), summaries.get(RUNS["coverage"]), rules)]
+    return [identities_claim({run: summaries.get(run) for run in runs["identities"]}, rules),
+            *(sparsity_claim(task, summaries.get(runs[task]), rules, run=runs[task],
+                             validation=summaries.get(validation_runs[task])) for task in TASK_NAMES),
+            *subfunction_claims(summaries.get(runs["head"]), rules, run=runs["head"]),
+            receptor_claim(summaries.get(runs["receptors"]), rules, run=runs["receptors"]),
+            tiled_claim(summaries.get(runs["tiled"]), rules, run=runs["tiled"]),
+            *check_claims(summaries.get(runs["tiled"]), summaries.get(runs["coverage"]), rules, run=runs["tiled"])]

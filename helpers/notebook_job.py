@@ -29,7 +29,10 @@ WORKSHOP_NOTE = ("Workshop run (`python -m helpers.pipeline --profile workshop`)
 PAPER_NOTE = ("Paper-budget run (`python -m helpers.pipeline --profile paper`): paper 1's recipe at its own batch (64) "
               "and 3,000 steps, declared in notebooks/runs.toml, on a GPU. The rest of the notebook runs at the "
               "reference sizes; these numbers are not the reference results in figures/.")
-PROFILE_NOTES = {"workshop": WORKSHOP_NOTE, "paper": PAPER_NOTE}
+PAPER_MODELS_NOTE = ("Paper-models run (`python -m helpers.pipeline --profile paper-models`): the notebook on one of the "
+                     "papers' own models (GPT-2 small, Gemma-2-2B), declared in notebooks/paper_models.toml; its summary "
+                     "names the weights it read (their folder and sha256).")
+PROFILE_NOTES = {"workshop": WORKSHOP_NOTE, "paper": PAPER_NOTE, "paper-models": PAPER_MODELS_NOTE}
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 

@@ -32,8 +32,10 @@ declares a ``[runs.workshop]`` table in runs.toml, with that table's parameters 
 ``figures-workshop/`` and ``build/workshop/`` (never over the reference figures). Its summaries and
 executed notebooks say that they are a workshop run. ``--profile paper`` does the same with the
 ``[runs.paper]`` tables (paper 1's recipe at its own budget, into ``figures-paper/``); it is refused on the
-CPU, where it would take about 13 hours. ``--fast`` is the CI smoke test: the notebooks' own
-tiny sizes, whose numbers mean nothing.
+CPU, where it would take about 13 hours. ``--profile paper-models`` runs the notebooks on the papers' own models
+(GPT-2 small, Gemma-2-2B), declared in ``notebooks/paper_models.toml``, into ``figures-paper-models/``; it
+refuses before the first run when their weights cannot be loaded, saying how to get them. ``--fast`` is the
+CI smoke test: the notebooks' own tiny sizes, whose numbers mean nothing (with ``paper-models`` too).
 """
 from __future__ import annotations
 
@@ -54,13 +56,14 @@ from pathlib import Path
 from helpers.core.cache import atomic_write_json, replace_dir, sha256_file
 from helpers.executors import EXECUTORS, SerialExecutor, make_executor, slurm_timeout_min
 from helpers.notebook_job import EXECUTED_NOTEBOOK, NotebookJob
-from helpers.runs import PROFILES, PipelineError, Run, load_runs
+from helpers.runs import OWN_RUNS, PROFILES, PipelineError, Run, load_runs
 from helpers.summaries import SUMMARY_FILE
 
 PACKAGE_ROOT = Path(__file__).resolve().parent
 INJECTED = ("fast", "out_dir", "device")  # parameters the pipeline gives each run (device: where it declares one)
 PROFILE_FOLDERS = {"full": ("figures", "build"), "workshop": ("figures-workshop", "build/workshop"),
-                   "paper": ("figures-paper", "build/paper")}
+                   "paper": ("figures-paper", "build/paper"),
+                   "paper-models": ("figures-paper-models", "build/paper-models")}
 PAPER_PROFILE_ON_CPU = ("the paper profile trains paper 1's recipe at batch 64 for 3,000 steps per task: 5.2 s a step "
                         "on two CPU cores (benchmarks/gpu_check.py, SmolLM2's shapes), so about 4.3 hours per task "
                         "and 13 hours for the three. Run it where a GPU is (--device cuda, or auto on a GPU machine).")
@@ -268,9 +271,11 @@ def run_pipeline(runs_file: str | Path = "notebooks/runs.toml", figures_dir: str
     notebook that declares a ``device`` parameter."""
     if profile not in PROFILES:
         raise PipelineError(f"profile {profile!r} is not one of {PROFILES}")
-    if fast and profile != "full":
+    if fast and profile != "full" and profile not in OWN_RUNS:
         raise PipelineError(f"--fast (the CI smoke test) and --profile {profile} each set the sizes: choose one")
     runs_file, figures_dir, build_dir = Path(runs_file), Path(figures_dir), Path(build_dir)
+    if profile in OWN_RUNS:
+        runs_file = runs_file.parent / OWN_RUNS[profile]
     runs = selected_runs(load_runs(runs_file), runs_file, profile, only, sweep)
     executor = executor or SerialExecutor()
     resolved, where = run_device(device, executor)
@@ -279,8 +284,28 @@ def run_pipeline(runs_file: str | Path = "notebooks/runs.toml", figures_dir: str
     for run in runs:  # every run's parameters, before the first one starts
         check_parameters(runs_file.parent / run.notebook,
                          run_parameters(run, runs_file, fast, figures_dir / run.name, profile, resolved), run.name)
+    check_models(runs, profile)
     return _execute(runs, runs_file, figures_dir, build_dir, fast, force, kernel, log, stream, profile,
                     executor, resolved, where)
+
+
+def check_models(runs: list[Run], profile: str) -> None:
+    """Every registry model the runs name (``model_name``) reachable, its folder checked as a whole up to the
+    weights (``helpers.core.models.check_reachable``), before the first run starts; else one error naming,
+    for each missing model, how to get it."""
+    from helpers.core.folder_checks import ModelFolderError
+    from helpers.core.models import ModelUnavailableError, check_reachable
+
+    names = dict.fromkeys(n for r in runs if (n := {**r.parameters, **(r.profile_table(profile) or {})}.get("model_name")))
+    problems = []
+    for name in names:
+        try:
+            check_reachable(name)
+        except (ModelUnavailableError, ModelFolderError, ValueError) as err:
+            problems.append(f"{name}: {err}")
+    if problems:
+        raise PipelineError(f"no run started: {len(problems)} of the models the runs load cannot be loaded here.\n"
+                            + "\n".join(problems))
 
 
 def run_device(device: str, executor) -> tuple[str, str | None]:
@@ -512,7 +537,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", default="full", choices=PROFILES,
                         help="workshop: the runs runs.toml gives a [runs.workshop] table, at those sizes, into "
                              "figures-workshop/ (18.5 minutes alone on two cores on 8f03b7e's machine; README); "
-                             "paper: paper 1's recipe at batch 64 and 3,000 steps, into figures-paper/ (GPU only)")
+                             "paper: paper 1's recipe at batch 64 and 3,000 steps, into figures-paper/ (GPU only); "
+                             "paper-models: the notebooks on GPT-2 small and Gemma-2-2B (notebooks/paper_models.toml; "
+                             "their weights from the hub or $SVDIRS_WEIGHTS_*), into figures-paper-models/")
     parser.add_argument("--force", action="store_true", help="re-run even runs whose inputs are unchanged")
     parser.add_argument("--only", nargs="+", metavar="NAME", help="run only these runs (names from runs.toml)")
     parser.add_argument("--sweep", metavar="NAME", help="run the runs of this [[sweeps]] entry of runs.toml")

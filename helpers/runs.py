@@ -18,10 +18,15 @@ class PipelineError(RuntimeError):
     pass
 
 
-PROFILES = ("full", "workshop", "paper")
+PROFILES = ("full", "workshop", "paper", "paper-models")
 """``full``: the reference run. A run belongs to another profile when it declares a ``[runs.<profile>]``
 table (its parameters over the run's own): ``workshop``, the sizes a class can watch in about 15 minutes;
-``paper``, paper 1's recipe at its own budget (batch 64, 3,000 steps), meant for a GPU."""
+``paper``, paper 1's recipe at its own budget (batch 64, 3,000 steps), meant for a GPU. A profile of
+``OWN_RUNS`` has a runs file of its own instead: ``paper-models``, the notebooks on the papers' own models."""
+
+OWN_RUNS = {"paper-models": "paper_models.toml"}
+"""Profiles whose runs are declared in a file of their own, beside runs.toml: every run there belongs to the
+profile, at its own parameters (and ``--fast`` gives them their notebooks' small sizes, as for ``full``)."""
 
 
 @dataclass
@@ -34,10 +39,11 @@ class Run:
     workshop: dict | None = None  # parameters over ``parameters`` in the workshop profile; None: not in it
     paper: dict | None = None  # the same for the paper profile
     sweep: str | None = None  # the sweep it comes from; None for a [[runs]] entry
+    cost: dict | None = None  # {cpu, gpu, basis}: what a run not yet recorded is expected to cost (paper_models.toml)
 
     def profile_table(self, profile: str) -> dict | None:
         """The parameters ``profile`` sets over the run's own ({} for ``full``); None: not in that profile."""
-        return {} if profile == "full" else getattr(self, profile)
+        return {} if profile == "full" or profile in OWN_RUNS else getattr(self, profile)
 
     def effective_parameters(self, fast: bool, out_dir: Path, profile: str = "full") -> dict:
         return {**self.parameters, **(self.profile_table(profile) or {}), "fast": fast,

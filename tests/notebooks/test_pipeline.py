@@ -53,11 +53,54 @@ def test_notebook_01_runs_on_every_architecture(tmp_path, model):
 
 def test_pipeline_stops_at_first_failure_naming_notebook_and_cell(tmp_path):
     runs = make_runs(tmp_path, '[[runs]]\nname = "broken"\nnotebook = "01_augmented_matrices.ipynb"\n'
-                               'parameters = { model_name = "no-such-model" }\n'
+                               'parameters = { model_name = "tiny-llama", processing = "folded" }\n'
                                '[[runs]]\nname = "never"\nnotebook = "01_augmented_matrices.ipynb"\n')
-    with pytest.raises(PipelineError, match=r"broken.*cell \d+ .*01_augmented_matrices.ipynb.*no-such-model"):
+    with pytest.raises(PipelineError, match=r"broken.*cell \d+ .*01_augmented_matrices.ipynb.*folded"):
         run_pipeline(runs, figures_dir=tmp_path / "figures", build_dir=tmp_path / "build", fast=True, log=print)
     assert not (tmp_path / "figures" / "never").exists()
+
+
+def test_a_model_that_cannot_be_loaded_is_refused_before_any_run_starts(tmp_path):
+    runs = make_runs(tmp_path, '[[runs]]\nname = "fine"\nnotebook = "01_augmented_matrices.ipynb"\n'
+                               'parameters = { model_name = "tiny-llama" }\n'
+                               '[[runs]]\nname = "mistyped"\nnotebook = "01_augmented_matrices.ipynb"\n'
+                               'parameters = { model_name = "no-such-model" }\n')
+    with pytest.raises(PipelineError, match=r"(?s)no run started: 1 of the models.*no-such-model: unknown model.*tiny-gpt2"):
+        run_pipeline(runs, figures_dir=tmp_path / "figures", build_dir=tmp_path / "build", fast=True, log=print)
+    assert not (tmp_path / "figures").exists() and not (tmp_path / "build" / "notebooks").exists()
+
+
+def test_the_paper_models_profile_refuses_without_weights_naming_how_to_get_them(tmp_path, monkeypatch):
+    for name in ("GPT2_SMALL", "GEMMA_2_2B"):
+        monkeypatch.delenv(f"SVDIRS_WEIGHTS_{name}", raising=False)
+        monkeypatch.delenv(f"SVDIRS_LAYERS_{name}", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "empty-hub-cache"))
+    with pytest.raises(PipelineError) as err:
+        run_pipeline(NOTEBOOKS / "runs.toml", figures_dir=tmp_path / "figures-paper-models",
+                     build_dir=tmp_path / "build", profile="paper-models", fast=True, log=print)
+    message = str(err.value)
+    assert message.startswith("no run started: 2 of the models")
+    assert "gpt2-small: 'gpt2-small' (hub id gpt2)" in message and "$SVDIRS_WEIGHTS_GPT2_SMALL=/path" in message
+    assert "gemma-2-2b: 'gemma-2-2b' (hub id google/gemma-2-2b)" in message and "$SVDIRS_WEIGHTS_GEMMA_2_2B" in message
+    assert "accept Google's Gemma licence" in message and "huggingface-cli login" in message
+    assert message.count("licence") == 1  # the gated licence is Gemma's alone
+    assert not (tmp_path / "figures-paper-models").exists()
+
+
+def test_the_paper_models_profile_declares_the_issues_runs_on_the_papers_models():
+    from helpers.runs import OWN_RUNS
+
+    runs = load_runs(NOTEBOOKS / OWN_RUNS["paper-models"])
+    by_model = {}
+    for run in runs:
+        by_model.setdefault(run.parameters["model_name"], []).append(run.notebook[:2])
+        assert run.name.endswith(run.parameters["model_name"])  # notebooks find 02's circuits by this name
+    assert by_model == {"gpt2-small": ["01", "02", "02", "02", "03", "06", "07", "07", "07"],
+                        "gemma-2-2b": ["01", "04", "05"]}
+    assert sorted(r.parameters.get("task_name") for r in runs if r.notebook.startswith("02")) == \
+        ["gender", "greater_than", "ioi"]
+    assert all(r.parameters.get("try_gemma_2_2b") is False for r in runs if r.notebook.startswith("04"))
 
 
 @pytest.mark.slow
