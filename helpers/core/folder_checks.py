@@ -115,9 +115,20 @@ def check_truncation(name: str, given: str, found: int, expected: int, declared:
                                                               if found == expected else "."))
 
 
+def model_env(what: str, name: str) -> str:
+    """The environment variable that sets ``what`` for registry model ``name``: SVDIRS_<WHAT>_<NAME>, the name
+    upper-cased with hyphens as underscores (``gpt2-small`` → ``SVDIRS_WEIGHTS_GPT2_SMALL``)."""
+    return f"SVDIRS_{what}_{name.upper().replace('-', '_')}"
+
+
+def weights_env(name: str) -> str:
+    """The environment variable naming a local folder of registry model ``name``'s weights."""
+    return model_env("WEIGHTS", name)
+
+
 def layers_env(name: str) -> str:
     """The environment variable that declares a truncated copy of registry model ``name``."""
-    return f"SVDIRS_LAYERS_{name.upper().replace('-', '_')}"
+    return model_env("LAYERS", name)
 
 
 def check_tokenizer_files(folder: Path, given: str, hf_id: str | None) -> None:

