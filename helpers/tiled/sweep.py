@@ -7,13 +7,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pandas as pd
+import torch
 
 from helpers.tiled.judges import OUR_JUDGE, PAPER_JUDGE, released_c, verdicts
 from helpers.tiled.plans import TRIAL, build_plans, trial_kind
 from helpers.tiled.sites import CONTROLS, PAPER_WIDTHS, RESIDUAL_SITES, all_sites, control_model, site_matrix
 from helpers.tiled.statistics import SiteStatistics, StreamPlan
 from helpers.tiled.steer import Steering, check_c, steer_texts
-from helpers.tiled.tiling import TileSpec, frobenius_coverage, random_directions, random_partition_svd, weight_sets
+from helpers.tiled.tiling import Mounts, frobenius_coverage, random_directions, random_partition_svd, tile_svd
 from helpers.tiled.verdicts import check_a, check_b
 
 
@@ -179,6 +180,32 @@ def uninformative(rates: pd.DataFrame, real: str = "model", controls=("random-in
     return rates.assign(uninformative=flags)
 
 
+def coverage_sets(W: torch.Tensor, paper_width: int, widths, ks, k_width: int, seed: int
+                  ) -> tuple[dict[str, Mounts], list[dict]]:
+    """One site's direction sets for ``coverage_sweep``: tile mounts at ``paper_width`` for every k of ``ks``
+    ("k<k>") and at every width below d_in, and d_in itself (the whole matrix as one tile), for ``k_width``
+    ("width<w>"); each beside a random column partition of the same widths and k, and as many random
+    directions. The tile and the partition SVDs are computed once per width, at the largest k. Returns the sets
+    by name (tile_<key>, partition_<key>, random_<key>) and one entry per key (variable, value, width, k,
+    directions, frobenius)."""
+    entries = [("k", k, paper_width, k) for k in ks]
+    entries += [("width", w, w, k_width) for w in sorted({w for w in widths if w < W.shape[1]} | {W.shape[1]})]
+    largest_k = max((*ks, k_width))
+    tiles, partitions, coverage, meta = {}, {}, {}, []
+    for variable, value, width, k in entries:
+        if width not in tiles:
+            tiles[width] = tile_svd(W, width, largest_k)
+            partitions[width] = random_partition_svd(W, width, largest_k, seed)
+        key = f"{variable}{value}"
+        tile = tiles[width].per_tile(k)
+        coverage[f"tile_{key}"] = tile
+        coverage[f"partition_{key}"] = partitions[width].per_tile(k)
+        coverage[f"random_{key}"] = random_directions(W.shape[0], len(tile), seed + 7)
+        meta.append(dict(variable=variable, value=value, width=width, k=k, directions=len(tile),
+                         frobenius=frobenius_coverage(tile, W)))
+    return coverage, meta
+
+
 def coverage_sweep(model, sample, layers, widths=(64, 128, 256, 512, 1024), ks=(1, 2, 4, 8, 16), k_width: int = 2,
                    seed: int = 0, batch: int = 16, progress: bool = True) -> pd.DataFrame:
     """Coverage (B) of tile mounts vs k at the paper's widths and vs tile width at ``k_width``, against
@@ -187,22 +214,8 @@ def coverage_sweep(model, sample, layers, widths=(64, 128, 256, 512, 1024), ks=(
     plans, meta = [], []
     for site in all_sites(model, layers):
         W = site_matrix(model, site)
-        coverage, entries = {}, []
-        for k in ks:
-            entries.append(("k", k, PAPER_WIDTHS[site.name], k))
-        for w in sorted({w for w in widths if w < W.shape[1]} | {W.shape[1]}):  # d_in: the whole matrix as one tile
-            entries.append(("width", w, w, k_width))
-        tiles = {}  # width -> the tile mounts at every k, from the one builder of direction sets
-        for variable, value, width, k in entries:
-            key = f"{variable}{value}"
-            if width not in tiles:
-                tiles[width] = weight_sets(W, TileSpec(width, k_width, seed, tuple(sorted({*ks, k_width}))))[1]
-            tile = tiles[width][f"tile_k{k}"]
-            coverage[f"tile_{key}"] = tile
-            coverage[f"partition_{key}"] = random_partition_svd(W, width, k, seed)
-            coverage[f"random_{key}"] = random_directions(W.shape[0], len(tile), seed + 7)
-            meta.append(dict(layer=site.layer, site=site.name, variable=variable, value=value, width=width, k=k,
-                             directions=len(tile), frobenius=frobenius_coverage(tile, W)))
+        coverage, entries = coverage_sets(W, PAPER_WIDTHS[site.name], widths, ks, k_width, seed)
+        meta += [dict(layer=site.layer, site=site.name, **entry) for entry in entries]
         plans.append(StreamPlan(site, site.name, {"random": random_directions(W.shape[0], 1, seed)}, coverage))
     stats = SiteStatistics(model, plans, seed=seed)
     stats.run(sample, batch=batch, progress=progress)

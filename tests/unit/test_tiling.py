@@ -94,3 +94,26 @@ def test_weight_sets_build_every_set_from_one_tiled_svd_at_a_matched_count():
     assert torch.equal(sets["columns"].U, column_sampling(W, 6, 3).U)
     assert sorted(coverage) == ["tile_k1", "tile_k4"]
     assert torch.equal(coverage["tile_k4"].U, tile_svd(W, 16, 4).U) and len(coverage["tile_k1"]) == 3
+
+
+def test_coverage_sets_equal_one_tiled_svd_per_k_and_width_bit_for_bit():
+    """Oracle: each set built on its own (a tiled SVD at that k, a random partition SVD at that k), as the sweep
+    built them before it computed one SVD per width at the largest k."""
+    from helpers.tiled.sweep import coverage_sets
+    from helpers.tiled.tiling import frobenius_coverage, random_directions, random_partition_svd, tile_svd
+
+    W = torch.randn(24, 40, generator=torch.Generator().manual_seed(5))
+    coverage, entries = coverage_sets(W, paper_width=8, widths=[4, 16, 64], ks=(1, 3), k_width=2, seed=9)
+    expected = [("k", 1, 8, 1), ("k", 3, 8, 3), ("width", 4, 4, 2), ("width", 16, 16, 2), ("width", 40, 40, 2)]
+    assert [(e["variable"], e["value"], e["width"], e["k"]) for e in entries] == expected  # 64 > d_in: the whole
+    assert list(coverage)[:3] == ["tile_k1", "partition_k1", "random_k1"]  # the statistics sum in this order
+    for variable, value, width, k in expected:
+        key = f"{variable}{value}"
+        alone = tile_svd(W, width, k)
+        assert torch.equal(coverage[f"tile_{key}"].U, alone.U) and torch.equal(coverage[f"tile_{key}"].S, alone.S)
+        partition = random_partition_svd(W, width, k, 9)
+        assert torch.equal(coverage[f"partition_{key}"].U, partition.U)
+        assert torch.equal(coverage[f"partition_{key}"].tile, partition.tile)
+        assert torch.equal(coverage[f"random_{key}"].U, random_directions(24, len(alone), 9 + 7).U)
+    assert entries[0]["directions"] == 5 and entries[1]["directions"] == 15  # 5 tiles of 8 columns, k of each
+    assert entries[0]["frobenius"] == frobenius_coverage(tile_svd(W, 8, 1), W)
