@@ -30,7 +30,7 @@ from helpers.summaries import summary_value
 from helpers.singular.circuit_files import check_model, circuit_prompts, load_circuit
 from helpers.singular.circuits import CircuitEvaluator
 from helpers.singular.masks import MaskedModel
-from helpers.singular.adversary import ATTACK_RULES, adversarial_kl, load_attack_rules, stochastic_kl, survives
+from helpers.singular.adversary import ATTACK_RULES, attacked, load_attack_rules
 from helpers.singular.scoring import PERCENTS, RANKINGS, FaithfulnessScorer
 from helpers.singular.tasks import check_prompt_count, make_task
 
@@ -71,16 +71,6 @@ def evaluate_file(path: str | Path, n_prompts: int = 96, seed: int | None = None
     return dict(file=str(path), label=circuit.metadata["label"], model=saved["model"], task=circuit.metadata["task"]["name"],
                 ablation_rule=circuit.metadata["ablation_rule"]["name"], kept_rule=circuit.metadata["kept_rule"],
                 seed=seed, n_prompts=len(prompts), removed_as_seen=removed, numerics=model.numerics(), **result)
-
-
-def attacked(evaluator: CircuitEvaluator, circuit, rules: dict) -> dict:
-    """The circuit under the declared attack (``helpers.singular.adversary``): its KL under the rule, under
-    stochastic partial ablation, and along the adversary's ascent, with the settings and the verdict."""
-    attack, bound = rules["attack"], rules["faithful"]["bound"]
-    curve = adversarial_kl(evaluator, circuit, attack)
-    return dict(settings=attack.record(), under_rule_kl=evaluator.evaluate(circuit)["kl"],
-                stochastic=stochastic_kl(evaluator, circuit, rules["stochastic_draws"], attack.seed), curve=curve,
-                best_kl=float(curve["best"].max()), bound=bound, survives=survives(curve, bound))
 
 
 def report(result: dict) -> str:

@@ -10,14 +10,22 @@ clean coefficient, 0: its reference, anything between: part of each), the kept o
 - ``stochastic_kl``: ``draws`` settings with m_k ~ U(0, 1) drawn independently per direction (on the CPU,
   seeded, then moved); the mean and the largest held-out KL;
 - ``adversarial_kl``: projected gradient ascent on m (signed steps, then clipped to [0, 1]) that searches
-  for the setting with the largest held-out KL, from the rule's setting (m = 0) and from a random one; the
-  KL on every held-out prompt after each of ``Attack.checkpoints`` steps, and the largest seen.
+  for the setting with the largest held-out KL, from the rule's setting (m = 0) and from a random one. It
+  climbs on ``Attack.climb_share`` of the held-out prompts and reports the KL on the others (out of sample)
+  after each of ``Attack.checkpoints`` steps, the largest seen, and the in-sample KL beside it; it may stop
+  once the reported KL exceeds a bound, whose verdict is then known;
+- ``attacked``: one circuit under the declared attack, with its verdict;
+- ``nested_attack``: the calibration. Circuits that keep the top 90, 95, 99 and 99.9 % of directions by a
+  learned ranking, beside the same counts in every block at random, attacked from the largest down: the
+  smallest kept share that holds the bound tells what the attack can break at all.
 
 At m = 0 everywhere this is the rule's own ablation, and at m = 1 it is the full model (KL 0): both are
 tested. For the full model the excluded set is empty and every attack leaves KL at 0.
 """
 from __future__ import annotations
 
+import math
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -40,6 +48,8 @@ class Attack:
     batch: int | None  # held-out prompts per ascent step (None: all of them), cycled in a seeded order
     starts: tuple[str, ...]  # "rule": m = 0 (the rule's setting); "random": m ~ U(0, 1)
     seed: int
+    climb_share: float | None  # the share of held-out prompts the ascent climbs on; the KL is reported on the
+    #                            others (None: climbs and reports on all of them, in sample only)
 
     def __post_init__(self):
         if not self.checkpoints or any(not isinstance(c, int) or c < 1 for c in self.checkpoints) \
@@ -52,14 +62,20 @@ class Attack:
         unknown = sorted(set(self.starts) - {"rule", "random"})
         if unknown or not self.starts:
             raise ValueError(f"starts={self.starts!r}: choose from ('rule', 'random')")
+        if self.climb_share is not None and (isinstance(self.climb_share, bool)
+                                             or not isinstance(self.climb_share, (int, float))
+                                             or not 0 < self.climb_share < 1):
+            raise ValueError(f"climb_share={self.climb_share!r}: expected a share of the held-out prompts strictly "
+                             "between 0 and 1 (0.5: climb on half, report on the other half), or None for all")
 
     def record(self) -> dict:
         return asdict(self)
 
 
 ATTACK_RULES = Path(__file__).resolve().parents[2] / "data" / "circuit_attack.toml"
-RULE_KEYS = {"attack": {"checkpoints", "step_size", "batch", "starts", "stochastic_draws", "seed"},
-             "faithful": {"bound", "why"}, "task_specific": {"ratio", "why"}, "weight_controls": {"min_ratio", "why"}}
+RULE_KEYS = {"attack": {"checkpoints", "step_size", "batch", "starts", "stochastic_draws", "seed", "climb_share"},
+             "faithful": {"bound", "why"}, "task_specific": {"ratio", "why"}, "weight_controls": {"min_ratio", "why"},
+             "nested": {"shares", "control_seed", "why"}}
 
 
 def load_attack_rules(path: str | Path = ATTACK_RULES) -> dict:
@@ -132,22 +148,42 @@ def stochastic_kl(evaluator: CircuitEvaluator, circuit: FixedMasks, draws: int, 
     return dict(mean=sum(kls) / len(kls), max=max(kls), draws=kls, seed=seed)
 
 
-def adversarial_kl(evaluator: CircuitEvaluator, circuit: FixedMasks, attack: Attack,
-                   progress: bool = False) -> pd.DataFrame:
+def split_rows(n: int, climb_share: float | None, seed: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """(climb, report): the held-out prompts the ascent climbs on and those its KL is reported on, a seeded
+    split of ``n`` prompts (each sorted; round(n · climb_share) to climb), or (None, None) for all of both.
+    Refused where either half would be empty."""
+    if climb_share is None:
+        return None, None
+    n_climb = round(n * climb_share)
+    if not 0 < n_climb < n:
+        raise ValueError(f"climb_share={climb_share} of {n} held-out prompts leaves a half empty: give the attack more "
+                         "prompts or climb_share = None")
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed), device="cpu")
+    return order[:n_climb].sort().values, order[n_climb:].sort().values
+
+
+def adversarial_kl(evaluator: CircuitEvaluator, circuit: FixedMasks, attack: Attack, progress: bool = False,
+                   stop_above: float | None = None) -> pd.DataFrame:
     """Projected gradient ascent on the excluded directions' m to maximise the held-out KL, from each of
-    ``attack.starts``. One row per (start, step) at step 0 and at each checkpoint: the KL on every held-out
-    prompt at that m, and the largest of those so far (``best``). Directions the circuit keeps never move."""
+    ``attack.starts``, climbing on the ``split_rows`` climb half. One row per (start, step) at step 0 and at each
+    checkpoint: the KL on the report half at that m (``kl``) and the largest so far (``best``), the same on the
+    climb half (``kl_in_sample``, ``best_in_sample``), and ``stopped``. Directions the circuit keeps never move.
+    With ``stop_above``, the attack stops at the first checkpoint where ``best`` exceeds it (every later start
+    too): the verdict against that bound is then known."""
     out = excluded(circuit)
-    n = len(evaluator.task)
+    device = evaluator.task.clean.device
+    climb, report = split_rows(len(evaluator.task), attack.climb_share, attack.seed)
+    pool = torch.arange(len(evaluator.task)) if climb is None else climb
     rows = []
+    best = best_in_sample = 0.0
     for start in attack.starts:
         generator = torch.Generator().manual_seed(attack.seed)
         m = ({name: torch.zeros_like(v) for name, v in out.items()} if start == "rule"
              else {name: v * u for (name, v), u in zip(out.items(), _uniform(circuit, generator).values())})
         for value in m.values():
             value.requires_grad_(True)
-        order = torch.randperm(n, generator=generator, device="cpu")  # the ascent's prompts, cycled
-        best = 0.0
+        order = pool[torch.randperm(len(pool), generator=generator, device="cpu")]  # the ascent's prompts, cycled
+        best = best_in_sample = 0.0
         steps = range(max(attack.checkpoints) + 1)
         if progress:
             from tqdm.auto import tqdm
@@ -156,17 +192,23 @@ def adversarial_kl(evaluator: CircuitEvaluator, circuit: FixedMasks, attack: Att
         for step in steps:
             if step == 0 or step in attack.checkpoints:
                 with torch.no_grad():
-                    kl = float(held_out_kl(evaluator, partial_masks(circuit, m)))
-                best = max(best, kl)
-                rows.append(dict(start=start, step=step, kl=kl, best=best))
+                    masks = partial_masks(circuit, m)
+                    kl = float(held_out_kl(evaluator, masks, None if report is None else report.to(device)))
+                    in_sample = kl if climb is None else float(held_out_kl(evaluator, masks, climb.to(device)))
+                best, best_in_sample = max(best, kl), max(best_in_sample, in_sample)
+                stopped = stop_above is not None and best > stop_above
+                rows.append(dict(start=start, step=step, kl=kl, best=best, kl_in_sample=in_sample,
+                                 best_in_sample=best_in_sample, stopped=stopped))
+                if stopped:
+                    return pd.DataFrame(rows)
             if step == max(attack.checkpoints):
                 break
-            if attack.batch is None or attack.batch >= n:
-                batch = None
+            if attack.batch is None or attack.batch >= len(order):
+                batch = climb  # every prompt it climbs on (None: all of them)
             else:
-                first = (step * attack.batch) % n
-                batch = torch.cat([order, order])[first: first + attack.batch].to(evaluator.task.clean.device)
-            objective = held_out_kl(evaluator, partial_masks(circuit, m), batch)
+                first = (step * attack.batch) % len(order)
+                batch = torch.cat([order, order])[first: first + attack.batch]
+            objective = held_out_kl(evaluator, partial_masks(circuit, m), None if batch is None else batch.to(device))
             grads = torch.autograd.grad(objective, list(m.values()), allow_unused=True)
             with torch.no_grad():
                 for (name, value), grad in zip(m.items(), grads):
@@ -180,3 +222,82 @@ def survives(curve: pd.DataFrame, bound: float) -> bool:
     """Whether the circuit held the declared bound under every attack: the largest KL the adversary found, at
     any start and checkpoint, is at most ``bound``."""
     return bool(curve["best"].max() <= bound)
+
+
+def attacked(evaluator: CircuitEvaluator, circuit, rules: dict) -> dict:
+    """The circuit under the declared attack (``rules``: ``load_attack_rules``): its KL under the rule, under
+    stochastic partial ablation, and along the adversary's ascent, with the settings and the verdict. The
+    largest KL (``best_kl``) is the report half's; ``best_kl_in_sample`` the climb half's."""
+    attack, bound = rules["attack"], rules["faithful"]["bound"]
+    curve = adversarial_kl(evaluator, circuit, attack)
+    return dict(settings=attack.record(), under_rule_kl=evaluator.evaluate(circuit)["kl"],
+                stochastic=stochastic_kl(evaluator, circuit, rules["stochastic_draws"], attack.seed), curve=curve,
+                best_kl=float(curve["best"].max()), best_kl_in_sample=float(curve["best_in_sample"].max()),
+                bound=bound, survives=survives(curve, bound))
+
+
+def nested_circuits(masks, shares, control_seed: int) -> list[dict]:
+    """For each kept share (largest first), the circuit of the top ceil(share × N) directions by ``masks``' logits
+    (``binarise_top``) and its random control with the same count in every block (``random_like`` at
+    ``control_seed``: one permutation per block whatever the count, so the random circuits are nested too)."""
+    from helpers.singular.circuits import binarise_top, random_like
+
+    if not shares or any(isinstance(s, bool) or not 0 < s < 1 for s in shares) or len(set(shares)) != len(shares):
+        raise ValueError(f"shares={shares!r}: expected distinct kept shares strictly between 0 and 1, "
+                         "e.g. [0.9, 0.95, 0.99, 0.999]")
+    total = masks.count()
+    out = []
+    for share in sorted(shares, reverse=True):
+        kept = math.ceil(share * total - 1e-9)
+        learned = binarise_top(masks, kept)
+        out.append(dict(share=share, kept=kept, learned=learned, random=random_like(learned, control_seed)))
+    return out
+
+
+def nested_attack(evaluator: CircuitEvaluator, masks, rules: dict, shares=None, log=print) -> pd.DataFrame:
+    """The attack calibrated (``rules["nested"]``): the ``nested_circuits`` of ``masks`` (a learned ranking) and
+    their random controls, each ranking attacked from its largest share down, every attack stopping once the
+    reported KL exceeds the bound. Once a circuit fails, every smaller one of its ranking fails too without
+    being attacked: it leaves out all the larger one's left-out directions, so the setting that broke the larger
+    one (the rest at m = 1) breaks it. One row per (ranking, share): kept, the KL under the rule, the largest
+    KL found (report half, and in sample), survives, the step it stopped at, ``inferred`` (not attacked)."""
+    bound = rules["faithful"]["bound"]
+    shares = rules["nested"]["shares"] if shares is None else shares
+    circuits = nested_circuits(masks, shares, rules["nested"]["control_seed"])
+    total = masks.count()
+    rows = []
+    for ranking in ("learned", "random"):
+        broken_at = None
+        for entry in circuits:
+            row = dict(ranking=ranking, share=entry["share"], kept=entry["kept"], kept_fraction=entry["kept"] / total)
+            if broken_at is not None:
+                rows.append(dict(row, under_rule_kl=None, adversarial_kl=None, adversarial_kl_in_sample=None,
+                                 survives=False, stopped_at=None, inferred=f"the {broken_at:g} circuit failed"))
+                continue
+            started = time.perf_counter()
+            circuit = entry[ranking]
+            curve = adversarial_kl(evaluator, circuit, rules["attack"], stop_above=bound)
+            held = survives(curve, bound)
+            rows.append(dict(row, under_rule_kl=evaluator.evaluate(circuit)["kl"],
+                             adversarial_kl=float(curve["best"].max()),
+                             adversarial_kl_in_sample=float(curve["best_in_sample"].max()), survives=held,
+                             stopped_at=int(curve["step"].iloc[-1]) if bool(curve["stopped"].iloc[-1]) else None,
+                             inferred=None, seconds=round(time.perf_counter() - started, 1)))
+            log(f"{ranking} ranking, {100 * entry['share']:g} % kept: largest KL {rows[-1]['adversarial_kl']:.3f}"
+                f"{'' if held else ' > ' + format(bound, 'g')} ({rows[-1]['seconds']:.0f} s)")
+            if not held:
+                broken_at = entry["share"]
+    return pd.DataFrame(rows)
+
+
+def smallest_surviving_share(nested: pd.DataFrame | list[dict], ranking: str) -> float | None:
+    """The smallest kept share of ``ranking``'s nested circuits that held the bound, every larger one holding
+    too (None: not even the largest held)."""
+    rows = sorted((r for r in pd.DataFrame(nested).to_dict("records") if r["ranking"] == ranking),
+                  key=lambda r: r["share"], reverse=True)
+    smallest = None
+    for row in rows:
+        if not row["survives"]:
+            break
+        smallest = row["share"]
+    return smallest

@@ -26,7 +26,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from helpers.singular.adversary import task_specific
+from helpers.singular.adversary import attacked, nested_attack, smallest_surviving_share, task_specific
 from helpers.singular.alpha_path import kept_overlap
 from helpers.singular.circuit_files import circuit_label, circuit_prompts, load_circuit
 from helpers.singular.circuits import CircuitEvaluator, binarise_top, evaluate_circuit, random_like
@@ -233,9 +233,7 @@ def attack_circuits(masked, targets: list[dict], folder: str | Path, rules: dict
                     log=print) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Each target's circuit file in ``folder`` (checked against the model) and its same-count random control
     (``random_like``, seed ``control_seed``), attacked by ``rules`` on the circuit's own held-out prompts
-    (``helpers.evaluate.attacked``). Returns one row per (target, circuit or random) and their curves."""
-    from helpers.evaluate import attacked
-
+    (``helpers.singular.adversary.attacked``). Returns one row per (target, circuit or random) and their curves."""
     rows, curves = [], []
     for target in targets:
         circuit = load_circuit(Path(folder) / f"{target['label']}.safetensors", masked.model)
@@ -251,10 +249,35 @@ def attack_circuits(masked, targets: list[dict], folder: str | Path, rules: dict
             rows.append(dict(label=target["label"], role=target["role"], circuit=which, kept=circuit.n_kept(),
                              kept_fraction=circuit.n_kept() / circuit.count(), under_rule_kl=result["under_rule_kl"],
                              stochastic_mean_kl=result["stochastic"]["mean"], stochastic_max_kl=result["stochastic"]["max"],
-                             adversarial_kl=result["best_kl"], kl_ceiling=ceiling, survives=result["survives"],
+                             adversarial_kl=result["best_kl"], adversarial_kl_in_sample=result["best_kl_in_sample"],
+                             kl_ceiling=ceiling, survives=result["survives"],
                              seconds=time.perf_counter() - started))
             curves.append(result["curve"].assign(label=target["label"], circuit=which))
     return pd.DataFrame(rows), pd.concat(curves, ignore_index=True)
+
+
+def calibrate_attack(masked, masks, held_out, rule, rules: dict, shares=None, log=print) -> pd.DataFrame:
+    """``adversary.nested_attack`` on ``held_out`` under ``rule``: the nested circuits of ``masks``' learned
+    ranking (the default circuit's mask logits) and their random controls (``shares``: the declared
+    ``[nested]`` shares by default; ``[]``: no calibration, an empty table)."""
+    if shares is not None and len(shares) == 0:
+        return pd.DataFrame(columns=["ranking", "share", "kept", "kept_fraction", "survives"])
+    return nested_attack(CircuitEvaluator(masked, held_out, rule), masks, rules, shares, log=log)
+
+
+def calibration(nested: pd.DataFrame | list[dict] | None) -> dict | None:
+    """What the nested attack says of the attack itself: the smallest kept share that holds the bound for the
+    learned and for the random ranking (None: not even the largest), whether the learned ranking holds at a
+    smaller share than random (``ranking_holds_better``), and whether any nested circuit held at all
+    (``survivable``: where none did, every "does not survive" is uninformative). None without a calibration."""
+    rows = pd.DataFrame(nested if nested is not None else [])
+    if rows.empty:
+        return None
+    learned, random = smallest_surviving_share(rows, "learned"), smallest_surviving_share(rows, "random")
+    return dict(smallest_surviving={"learned": learned, "random": random},
+                ranking_holds_better=learned is not None and (random is None or learned < random),
+                survivable=learned is not None or random is not None,
+                largest_share=float(rows["share"].max()))
 
 
 def seed_spread(masked, run, task_name: str, first: tuple, n_seeds: int, bound: float, control_seeds: int = 3,
@@ -326,14 +349,16 @@ def _count(value):
 
 
 def judged(attack_table: pd.DataFrame, seeds: pd.DataFrame, jaccards: list[dict], nonsense: pd.DataFrame,
-           weights: pd.DataFrame, rules: dict, total: int, matched: list[dict] | None = None) -> dict:
+           weights: pd.DataFrame, rules: dict, total: int, matched: list[dict] | None = None,
+           nested: pd.DataFrame | list[dict] | None = None) -> dict:
     """The three verdicts of a task, by the declared rules: whether each attacked circuit survives; whether the
     task circuit is task-specific (None without nonsense controls or a second seed); whether the trained
     weights matter to its kept fraction (None without a weight control whose training reached the bound, or
     without a task circuit within it). Beside each of the last two, whether both of its outcomes were
     reachable at these sizes (``helpers.feasibility``; ``total``: the directions of the model). With ``matched``
     (``matched_overlaps``), task-specificity also at matched size and corrected for chance
-    (``specific_at_matched_size``), the rule that supersedes the size-blind one.
+    (``specific_at_matched_size``), the rule that supersedes the size-blind one. With ``nested``
+    (``calibrate_attack``), the attack's ``calibration``.
     ``rules``: ``load_attack_rules``, with any overrides of the attack."""
     from helpers.feasibility import matched_specificity_reach, specificity_reach, weights_reach
 
@@ -371,7 +396,8 @@ def judged(attack_table: pd.DataFrame, seeds: pd.DataFrame, jaccards: list[dict]
         control_kept_fractions=({c: _none_if_nan(f) for c, f in zip(weights["control"], weights["at_bound_kept_fraction"])}
                                 if len(weights) else {}),
         controls_training_failed=failed,
-        weights_matter=matter, weights_matter_reach=_reach_record(matter_reach))
+        weights_matter=matter, weights_matter_reach=_reach_record(matter_reach),
+        attack_calibration=calibration(nested))
 
 
 def judged_from_summary(summary: dict, rules: dict, total: int | None = None) -> dict:
@@ -385,7 +411,7 @@ def judged_from_summary(summary: dict, rules: dict, total: int | None = None) ->
     nonsense = pd.DataFrame(summary["nonsense"]) if summary["nonsense"] else \
         pd.DataFrame(columns=["kind", "jaccard_with_task", *CONTROL_COLUMNS])
     return judged(pd.DataFrame(summary["attack_table"]), pd.DataFrame(summary["seeds"]), summary["seed_jaccards"],
-                  nonsense, weights, rules, int(total), summary.get("matched_overlaps"))
+                  nonsense, weights, rules, int(total), summary.get("matched_overlaps"), summary.get("nested_attack"))
 
 
 def _reach_record(reach) -> dict | None:
@@ -395,6 +421,20 @@ def _reach_record(reach) -> dict | None:
 def _kl(value: float) -> str:
     """A KL to three decimals; float rounding below zero prints as 0.000, not -0.000."""
     return f"{round(value, 3) + 0.0:.3f}"
+
+
+def _share(share: float | None) -> str:
+    return "none of the shares attacked" if share is None else f"{100 * share:g} %"
+
+
+def calibration_words(calibrated: dict) -> str:
+    """The nested attack's result in words: the smallest kept share that holds, learned against random."""
+    smallest = calibrated["smallest_surviving"]
+    verdict = ("the learned ranking holds at a smaller share than random" if calibrated["ranking_holds_better"]
+               else "the learned ranking holds at no smaller share than random")
+    return (f"the attack calibrated on nested circuits: the smallest kept share that holds the bound is "
+            f"{_share(smallest['learned'])} by the learned ranking and {_share(smallest['random'])} at random "
+            f"({verdict})")
 
 
 def _yes_no(value) -> str:
@@ -435,12 +475,23 @@ def verdict_line(summary: dict, verdicts: dict | None = None) -> str:
     from helpers.feasibility import chance_jaccard
 
     v = verdicts or summary["verdicts"]
+    calibrated = v.get("attack_calibration")
     rows = {r["label"]: r for r in summary["attack_table"] if r["circuit"] == "circuit"}
-    survived = "; ".join(f"{r['role']} ({100 * r['kept_fraction']:.1f} % kept): {_yes_no(v['survives'][label])}, "
+
+    def held(label):
+        said = _yes_no(v["survives"][label])
+        if said == "no" and calibrated and not calibrated["survivable"]:
+            return (f"no, uninformative: a circuit keeping the top {_share(calibrated['largest_share'])} of directions "
+                    "fails too")
+        return said
+
+    survived = "; ".join(f"{r['role']} ({100 * r['kept_fraction']:.1f} % kept): {held(label)}, "
                          f"largest KL {r['adversarial_kl']:.2f}"
                          + (f" of at most {r['kl_ceiling']:.0f} on these prompts" if r.get("kl_ceiling") else "")
                          for label, r in rows.items())
     line = f"survives an adversary of {v['attack_steps']} steps (bound KL {v['bound']:g}): {survived}"
+    if calibrated:
+        line += f"; {calibration_words(calibrated)}"
     specific = f"task-specific: {_said(v['task_specific'], v.get('task_specific_reach'))}"
     if v.get("task_specific_matched") is not None:
         rows = summary["matched_overlaps"]
@@ -512,7 +563,15 @@ def findings(summary: dict, fast: bool = False) -> str:
         who = "its random control" if row["circuit"] == "random" else row["label"]
         lines.append(f"  - {who}: KL {_kl(row['under_rule_kl'])} under the rule, {_kl(row['stochastic_mean_kl'])} on "
                      f"average (largest {_kl(row['stochastic_max_kl'])}) with m ~ U(0, 1), {_kl(row['adversarial_kl'])} "
-                     f"at worst under attack.")
+                     "at worst under attack"
+                     + (f" (in sample {_kl(row['adversarial_kl_in_sample'])})" if row.get("adversarial_kl_in_sample")
+                        is not None else "") + ".")
+    for row in summary.get("nested_attack") or []:
+        how = (f"not attacked: {row['inferred']}" if row.get("inferred") else
+               f"largest KL {_kl(row['adversarial_kl'])} (in sample {_kl(row['adversarial_kl_in_sample'])})"
+               + (f", stopped at step {int(row['stopped_at'])}" if row.get("stopped_at") is not None else ""))
+        lines.append(f"  - top {_share(row['share'])} by the {row['ranking']} ranking ({row['kept']:,} directions): "
+                     f"{'holds' if row['survives'] else 'fails'}; {how}.")
     seeds = summary["seeds"]
     kept = ", ".join(f"{100 * s['kept_fraction']:.1f} % (KL {s['kl']:.2f})" for s in seeds)
     lines.append(f"- **Seed spread** ({len(seeds)} seeds, default α): kept {kept}; Jaccard between seeds "

@@ -214,7 +214,10 @@ def test_the_evaluator_attacks_a_circuit_file_when_asked_and_records_the_attacks
     assert attack["settings"]["checkpoints"] == (2, 4) and attack["bound"] == 0.21
     assert attack["under_rule_kl"] == result["circuit"]["kl"]  # the rule's setting, on the same prompts
     assert list(attack["curve"]["step"]) == [0, 2, 4, 0, 2, 4] and len(attack["stochastic"]["draws"]) == 2
-    assert attack["curve"]["kl"].iloc[0] == pytest.approx(result["circuit"]["kl"], rel=1e-6)  # m = 0 start
+    # m = 0 start: the two halves (8 prompts each) average to the rule's KL on all of them
+    first = attack["curve"].iloc[0]
+    assert (first["kl"] + first["kl_in_sample"]) / 2 == pytest.approx(result["circuit"]["kl"], rel=1e-5)
+    assert attack["settings"]["climb_share"] == 0.5 and attack["best_kl"] == attack["curve"]["best"].max()
     assert attack["survives"] == (attack["best_kl"] <= 0.21)
     assert "survive the adversary" in evaluate.report(result) or "survives the adversary" in evaluate.report(result)
     assert "attack" not in evaluate.evaluate_file(path, n_prompts=16, control_seeds=1, percents=(1, 100), model=model)

@@ -116,7 +116,7 @@ def test_the_binarised_masks_of_a_circuit_file_are_its_kept_set(tmp_path):
 
 
 def seven_summary(survives=(True, False), nonsense=(0.1, 0.15), seeds=(0.4, 0.5, 0.6), task=200, controls=(350, None),
-                  matched=None):
+                  matched=None, nested=None):
     rules = load_attack_rules()
     attack = pd.DataFrame([dict(label=f"ioi-{i}", role=f"role {i}", circuit=which, kept=10, kept_fraction=0.1,
                                 under_rule_kl=0.1, stochastic_mean_kl=0.1, stochastic_max_kl=0.2,
@@ -132,8 +132,9 @@ def seven_summary(survives=(True, False), nonsense=(0.1, 0.15), seeds=(0.4, 0.5,
     weights = pd.DataFrame([dict(control=c, kl=0.5 if k is None else 0.1, at_bound_kept=k,
                                  at_bound_kept_fraction=None if k is None else k / 1000,
                                  at_bound_kl=None if k is None else 0.1) for c, k in zip(("random-init", "permuted"), controls)])
-    verdicts = judged(attack, seed_table, jaccards, nonsense_table, weights, rules, 1000, matched)
-    return dict(task="ioi", total_directions=1000, verdicts=verdicts, matched_overlaps=matched or [], attack_table=attack.to_dict("records"), seeds=seed_table.to_dict("records"),
+    verdicts = judged(attack, seed_table, jaccards, nonsense_table, weights, rules, 1000, matched, nested)
+    return dict(task="ioi", total_directions=1000, verdicts=verdicts, matched_overlaps=matched or [],
+                nested_attack=nested or [], attack_table=attack.to_dict("records"), seeds=seed_table.to_dict("records"),
                 seed_jaccards=jaccards, nonsense=nonsense_table.to_dict("records"),
                 weight_controls=weights.astype(object).where(weights.notna(), None).to_dict("records"))
 
@@ -212,3 +213,40 @@ def test_task_specificity_at_matched_size_supersedes_the_size_blind_rule_in_the_
     assert controls_title("ioi", specific["verdicts"]).startswith("ioi: the circuit is task-specific;")
     assert controls_title("ioi", seven_summary(matched=rows(0.3))["verdicts"]).startswith("ioi: the circuit is NOT task-specific;")
     assert seven_summary()["verdicts"]["task_specific_matched"] is None  # no matched rows: not judged at matched size
+
+
+def nested_rows(learned, random):
+    """A nested attack's table: each ranking's outcome at 99.9, 99, 95 and 90 % kept (largest first)."""
+    shares = [0.999, 0.99, 0.95, 0.9]
+    return [dict(ranking=ranking, share=share, kept=round(1000 * share), kept_fraction=share, survives=ok,
+                 adversarial_kl=0.1 if ok else 0.5, adversarial_kl_in_sample=0.1 if ok else 0.6,
+                 stopped_at=None if ok else 20, inferred=None)
+            for ranking, pattern in (("learned", learned), ("random", random)) for share, ok in zip(shares, pattern)]
+
+
+def test_the_calibration_says_yes_only_when_the_learned_ranking_holds_at_a_strictly_smaller_share():
+    from helpers.singular.validation import calibration
+
+    better = calibration(nested_rows([True, True, True, False], [True, True, False, False]))
+    assert better["smallest_surviving"] == {"learned": 0.95, "random": 0.99} and better["ranking_holds_better"]
+    tie = calibration(nested_rows([True, True, False, False], [True, True, False, False]))
+    assert not tie["ranking_holds_better"] and tie["survivable"]  # equal shares: no better
+    only_learned = calibration(nested_rows([True, False, False, False], [False] * 4))
+    assert only_learned["ranking_holds_better"] and only_learned["smallest_surviving"]["random"] is None
+    neither = calibration(nested_rows([False] * 4, [False] * 4))
+    assert not neither["survivable"] and not neither["ranking_holds_better"] and neither["largest_share"] == 0.999
+    assert calibration([]) is None and calibration(None) is None
+
+
+def test_a_failed_circuit_reads_uninformative_when_no_nested_circuit_holds_the_bound():
+    broken = seven_summary(nested=nested_rows([False] * 4, [False] * 4))
+    line = verdict_line(broken)
+    assert "role 1 (10.0 % kept): no, uninformative: a circuit keeping the top 99.9 % of directions fails too" in line
+    assert "role 0 (10.0 % kept): yes" in line  # a circuit that held is not touched
+    assert "the smallest kept share that holds the bound is none of the shares attacked by the learned ranking" in line
+    calibrated = verdict_line(seven_summary(nested=nested_rows([True, True, True, False], [True, False, False, False])))
+    assert "role 1 (10.0 % kept): no, largest KL" in calibrated
+    assert "95 % by the learned ranking and 99.9 % at random (the learned ranking holds at a smaller share" in calibrated
+    text = findings(seven_summary(nested=nested_rows([True, False, False, False], [False] * 4)))
+    assert "top 99 % by the learned ranking (990 directions): fails; largest KL 0.500 (in sample 0.600), stopped at " \
+           "step 20." in text
