@@ -219,6 +219,14 @@ MUTANTS = [  # (file, original text, mutated text, tests to run, what the mutant
  ('helpers/singular/planted.py', '    model.__dict__.pop("weights_sha256", None)  # a digest taken before the plant would name the unplanted weights', '', 'tests/unit/test_folder_checks.py', 'a planted model keeps the digest of its unplanted weights'),
  ('helpers/singular/circuit_files.py', '    if saved.get("tokenizer_sha256", model.tokenizer_sha256) != model.tokenizer_sha256:  # files before it: unrecorded', '    if False:', 'tests/unit/test_circuit_files.py', 'a circuit loaded with another tokenizer'),
  ('tools/compare_summaries.py', '            if key in old and key in new and old[key] != new[key]]', '            if key in old and key in new]', 'tests/unit/test_compare_summaries.py', 'an unchanged fingerprint reported as another model'),
+ ('helpers/singular/adversary.py', '                stopped = stop_above is not None and best > stop_above', '                stopped = stop_above is not None and best >= stop_above', 'tests/unit/test_adversary.py', 'an attack at the bound stopped as if beyond it'),
+ ('helpers/singular/adversary.py', '    return order[:n_climb].sort().values, order[n_climb:].sort().values', '    return order[n_climb:].sort().values, order[:n_climb].sort().values', 'tests/unit/test_adversary.py', 'climb and report halves swapped'),
+ ('helpers/singular/adversary.py', '                    kl = float(held_out_kl(evaluator, masks, None if report is None else report.to(device)))', '                    kl = float(held_out_kl(evaluator, masks, None if climb is None else climb.to(device)))', 'tests/unit/test_adversary.py', 'the judged KL measured on the prompts the ascent climbed on'),
+ ('helpers/singular/adversary.py', '        kept = math.ceil(share * total - 1e-9)', '        kept = round(share * total)', 'tests/unit/test_adversary.py', 'a nested circuit keeps fewer than its share'),
+ ('helpers/singular/adversary.py', '                broken_at = entry["share"]', '                pass', 'tests/unit/test_adversary.py', 'smaller circuits attacked after a larger one failed'),
+ ('helpers/singular/adversary.py', '        if not row["survives"]:\n            break', '        if not row["survives"]:\n            continue', 'tests/unit/test_adversary.py', 'a surviving share below a failed one counted'),
+ ('helpers/singular/validation.py', '                ranking_holds_better=learned is not None and (random is None or learned < random),', '                ranking_holds_better=learned is not None and (random is None or learned <= random),', 'tests/unit/test_validation.py', 'a tie between the rankings counted as the learned one better'),
+ ('helpers/singular/validation.py', '        if said == "no" and calibrated and not calibrated["survivable"]:', '        if said == "no" and calibrated:', 'tests/unit/test_validation.py', 'every failure uninformative, even where a nested circuit held'),
 ]
 
 

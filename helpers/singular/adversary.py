@@ -236,8 +236,14 @@ def attacked(evaluator: CircuitEvaluator, circuit, rules: dict) -> dict:
                 bound=bound, survives=survives(curve, bound))
 
 
+def nested_count(share: float, total: int) -> int:
+    """How many directions a circuit keeping ``share`` of ``total`` keeps: ⌈share · total⌉, a product that is a
+    whole number up to rounding (0.07 × 100) staying that number."""
+    return math.ceil(share * total - 1e-9)
+
+
 def nested_circuits(masks, shares, control_seed: int) -> list[dict]:
-    """For each kept share (largest first), the circuit of the top ceil(share × N) directions by ``masks``' logits
+    """For each kept share (largest first), the circuit of the top ``nested_count`` directions by ``masks``' logits
     (``binarise_top``) and its random control with the same count in every block (``random_like`` at
     ``control_seed``: one permutation per block whatever the count, so the random circuits are nested too)."""
     from helpers.singular.circuits import binarise_top, random_like
@@ -248,7 +254,7 @@ def nested_circuits(masks, shares, control_seed: int) -> list[dict]:
     total = masks.count()
     out = []
     for share in sorted(shares, reverse=True):
-        kept = math.ceil(share * total - 1e-9)
+        kept = nested_count(share, total)
         learned = binarise_top(masks, kept)
         out.append(dict(share=share, kept=kept, learned=learned, random=random_like(learned, control_seed)))
     return out

@@ -231,6 +231,14 @@ def test_nested_circuits_keep_the_top_share_and_their_random_controls_are_nested
         nested_circuits(masks, [0.9, 1.0], control_seed=0)
 
 
+def test_a_nested_circuit_keeps_at_least_its_share_and_an_exact_product_exactly():
+    from helpers.singular.adversary import nested_count
+
+    assert nested_count(0.999, 86730) == 86644  # 86,643.27 → at least the share
+    assert nested_count(0.5, 7) == 4 and nested_count(0.3, 10) == 3
+    assert nested_count(0.07, 100) == 7  # 7.000000000000001 in floating point
+
+
 def test_a_nested_failure_fails_every_smaller_circuit_of_its_ranking_without_an_attack():
     from helpers.singular.adversary import load_attack_rules, nested_attack, smallest_surviving_share
     from helpers.singular.masks import DirectionMasks
