@@ -256,7 +256,7 @@ def attack_circuits(masked, targets: list[dict], folder: str | Path, rules: dict
     return pd.DataFrame(rows), pd.concat(curves, ignore_index=True)
 
 
-def calibrate_attack(masked, masks, held_out, rule, rules: dict, shares=None, log=print) -> pd.DataFrame:
+def attack_nested_circuits(masked, masks, held_out, rule, rules: dict, shares=None, log=print) -> pd.DataFrame:
     """``adversary.nested_attack`` on ``held_out`` under ``rule``: the nested circuits of ``masks``' learned
     ranking (the default circuit's mask logits) and their random controls (``shares``: the declared
     ``[nested]`` shares by default; ``[]``: no calibration, an empty table)."""
@@ -358,7 +358,7 @@ def judged(attack_table: pd.DataFrame, seeds: pd.DataFrame, jaccards: list[dict]
     reachable at these sizes (``helpers.feasibility``; ``total``: the directions of the model). With ``matched``
     (``matched_overlaps``), task-specificity also at matched size and corrected for chance
     (``specific_at_matched_size``), the rule that supersedes the size-blind one. With ``nested``
-    (``calibrate_attack``), the attack's ``calibration``.
+    (``attack_nested_circuits``), the attack's ``calibration``.
     ``rules``: ``load_attack_rules``, with any overrides of the attack."""
     from helpers.feasibility import matched_specificity_reach, specificity_reach, weights_reach
 
