@@ -171,6 +171,20 @@ def rejudged(summaries: dict, run: str) -> dict:
     return judged_from_summary(summary, rules, source.get("total_directions"))
 
 
+def nested_calibration(summaries: dict) -> str | None:
+    """The attack calibrated on each task's nested circuits (notebook 07): the smallest kept share that holds the
+    bound by the learned ranking against random. None where no run has attacked nested circuits yet."""
+    from helpers.singular.validation import calibration, calibration_words
+
+    parts = []
+    for task, name in VALIDATION_TASKS:
+        run = _validation_run(summaries, task)
+        calibrated = calibration(summaries[run].get("nested_attack")) if run else None
+        if calibrated:
+            parts.append(f"{name}: {calibration_words(calibrated)}")
+    return f"Notebook 07, per task. {'. '.join(parts)}." if parts else None
+
+
 def attack_calibration(summaries: dict) -> str:
     """Whether the adversary has ever let a circuit that leaves a direction out hold its bound, over every
     notebook-07 run: until one does, "does not survive" cannot be told apart from an attack that breaks
@@ -215,7 +229,7 @@ def circuit_checks(summaries: dict) -> str:
         else:
             lines.append(f"- **{name}:** {verdict_line(summaries[run], rejudged(summaries, run))}. "
                          f"Shown in {_run_link(run)}.")
-    return "\n".join(lines) + "\n\n" + attack_calibration(summaries)
+    return "\n".join(lines) + "\n\n" + " ".join(filter(None, [attack_calibration(summaries), nested_calibration(summaries)]))
 
 
 NO_PLANT = "none yet: no planted mechanism"

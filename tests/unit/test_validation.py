@@ -250,3 +250,15 @@ def test_a_failed_circuit_reads_uninformative_when_no_nested_circuit_holds_the_b
     text = findings(seven_summary(nested=nested_rows([True, False, False, False], [False] * 4)))
     assert "top 99 % by the learned ranking (990 directions): fails; largest KL 0.500 (in sample 0.600), stopped at " \
            "step 20." in text
+
+
+def test_results_say_each_tasks_calibration_only_where_its_run_attacked_nested_circuits():
+    from helpers.reproduction import nested_calibration
+
+    calibrated = seven_summary(nested=nested_rows([True, True, False, False], [True, False, False, False]))
+    text = nested_calibration({"07_circuit_validation-ioi-smollm2-135m": calibrated,
+                               "07_circuit_validation-gender-smollm2-135m": dict(seven_summary(), task="gender")})
+    assert text == ("Notebook 07, per task. IOI: the attack calibrated on nested circuits: the smallest kept share that "
+                    "holds the bound is 99 % by the learned ranking and 99.9 % at random (the learned ranking holds at "
+                    "a smaller share than random).")
+    assert nested_calibration({"07_circuit_validation-ioi-smollm2-135m": seven_summary()}) is None
