@@ -35,10 +35,20 @@ class SVD:
     degenerate: torch.Tensor  # [..., r] bool: σ_k within DEGENERATE_RTOL of a neighbour, or ≈ 0
 
     def dense(self) -> torch.Tensor:
+        if self.U.shape[-2] == 0 or self.V.shape[-2] == 0:
+            raise ValueError("this SVD keeps its spectrum only: compute its layer with augmented_svds(..., vectors=[layer])")
         return (self.U * self.S[..., None, :]) @ self.V.transpose(-1, -2)
 
     def __getitem__(self, index) -> "SVD":
         return SVD(self.U[index], self.S[index], self.V[index], self.degenerate[index])
+
+    def spectrum(self) -> "SVD":
+        """The singular values and degenerate flags alone: U and V become empty [..., 0, r] tensors (new ones, so
+        the vectors' memory is freed); ``dense`` refuses it."""
+        def empty(M):
+            return M.new_empty((*M.shape[:-2], 0, M.shape[-1]))
+
+        return SVD(empty(self.U), self.S, empty(self.V), self.degenerate)
 
 
 def svd_of_product(A: torch.Tensor, B: torch.Tensor) -> SVD:
@@ -142,15 +152,23 @@ def layer_svds(w: LayerWeights) -> dict[str, SVD]:
     return out
 
 
-def augmented_svds(model, layers=None, progress: bool = False) -> list[dict[str, SVD]]:
+def augmented_svds(model, layers=None, progress: bool = False, vectors=None) -> list[dict[str, SVD]]:
     """``layer_svds`` for every layer (or the given ones) of a loaded model, under its processing; on the
-    CPU whatever the model's device (docs/methods.md §0), so that direction k is the same vector everywhere."""
+    CPU whatever the model's device (docs/methods.md §0), so that direction k is the same vector everywhere.
+    ``vectors``: the layers whose read and write directions are kept (None: every layer); the others keep their
+    ``SVD.spectrum`` only, as each is computed. Gemma-2-2B's directions take 0.79 GB of float64 a layer, so a
+    whole model's would not fit in 24 GB beside its weights; its spectra take kilobytes."""
     layers = range(model.n_layers) if layers is None else layers
+    keep = None if vectors is None else set(vectors)
     if progress:
         from tqdm.auto import tqdm
 
         layers = tqdm(layers, desc="augmented SVDs")
-    return [layer_svds(layer_weights(model, layer, device="cpu")) for layer in layers]
+    out = []
+    for layer in layers:
+        svds = layer_svds(layer_weights(model, layer, device="cpu"))
+        out.append(svds if keep is None or layer in keep else {kind: svd.spectrum() for kind, svd in svds.items()})
+    return out
 
 
 def direction_ranks(n_heads: int, d_model: int, d_head: int, d_mlp: int, gated: bool) -> dict[str, tuple]:

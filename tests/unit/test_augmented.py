@@ -110,3 +110,19 @@ def test_layer_svds_have_the_counted_ranks(name):
     assert svds["qk"].S.numel() == counts["qk"] and svds["ov"].S.numel() == counts["ov"]
     assert sum(svds[k].S.numel() for k in ("mlp_up", "mlp_gate") if k in svds) == counts["mlp_in"]
     assert svds["mlp_out"].S.numel() == counts["mlp_out"]
+
+
+def test_layers_without_kept_vectors_keep_the_same_spectra_and_no_directions():
+    from helpers.singular.augmented import augmented_svds, spectra_frame
+
+    model, _, _, _ = cached_run(TINY_MODELS[0], "fold_norm")
+    full = augmented_svds(model)
+    lean = augmented_svds(model, vectors=[model.n_layers - 1])
+    assert spectra_frame(lean).equals(spectra_frame(full))  # every σ and flag as computed with the vectors
+    for kind, svd in lean[-1].items():  # the kept layer: its directions, bit for bit
+        assert torch.equal(svd.U, full[-1][kind].U) and torch.equal(svd.V, full[-1][kind].V)
+    for kind, svd in lean[0].items():
+        assert svd.U.shape[-2] == 0 and svd.V.shape[-2] == 0 and svd.U.shape[-1] == svd.S.shape[-1]
+        assert svd.U.untyped_storage().nbytes() == 0  # a new empty tensor, not a view of the vectors' storage
+        with pytest.raises(ValueError, match="spectrum only"):
+            svd.dense()
