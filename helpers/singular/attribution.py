@@ -46,8 +46,8 @@ def head_logit_attribution(model, task: Task) -> torch.Tensor:
 
 def boxed_heads(model, task_name: str, attribution: torch.Tensor | None, top: int = 3) -> tuple[list, str]:
     """The heads notebook 02 draws a box around, and what the boxes mean: Wang et al.'s IOI circuit for
-    GPT-2 small on IOI (nothing on its other tasks), else the ``top`` heads by direct logit attribution
-    (name-mover candidates) where the task has a logit contrast, else none."""
+    GPT-2 small on IOI (nothing on its other tasks), else the ``top`` heads by direct logit attribution to the
+    task's contrast (on IOI: name-mover candidates) where the task has one, else none."""
     if model.name == "gpt2-small":
         return (sorted(GPT2_IOI_HEADS) if task_name == "ioi" else []), "Wang et al.'s IOI circuit"
     if attribution is None:
@@ -56,4 +56,4 @@ def boxed_heads(model, task_name: str, attribution: torch.Tensor | None, top: in
     order = torch.sort(attribution.reshape(-1), descending=True, stable=True).indices[:top]  # ties: the earlier head
     n_heads = attribution.shape[1]
     return ([(int(i) // n_heads, int(i) % n_heads) for i in order],
-            f"top-{top} direct logit attribution (name-mover candidates)")
+            f"top-{top} direct logit attribution" + (" (name-mover candidates)" if task_name == "ioi" else ""))

@@ -81,6 +81,3 @@ def largest_move(table: pd.DataFrame, column: str = "kept_percent") -> dict:
     return dict(step=str(table["step"].iloc[i + 1]) if moved else None,
                 change=str(table["change"].iloc[i + 1]) if moved else None,
                 before=float(values[i]), after=float(values[i + 1]), delta=float(deltas[i]))
-
-PAPER_IOI_SPARSITY = 0.9132
-"""Paper 1's headline: relative sparsity on IOI in GPT-2 small, at (soft-mask) test KL 0.21."""
