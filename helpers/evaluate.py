@@ -73,6 +73,11 @@ def evaluate_file(path: str | Path, n_prompts: int = 96, seed: int | None = None
                 seed=seed, n_prompts=len(prompts), removed_as_seen=removed, numerics=model.numerics(), **result)
 
 
+def _four(value: float) -> str:
+    """A number to four decimals; float rounding below zero prints as 0.0000, not -0.0000."""
+    return f"{round(value, 4) + 0.0:.4f}"
+
+
 def report(result: dict) -> str:
     """The printed table of one evaluation."""
     c = result["circuit"]
@@ -87,23 +92,24 @@ def report(result: dict) -> str:
                       dict(circuit="same-count random", kl=c["random_kl"], metric=c["random_metric"],
                            accuracy=c["random_accuracy"]),
                       dict(circuit="full model", kl=0.0, metric=c["full_metric"], accuracy=c["full_accuracy"])]
-                     ).to_string(index=False, float_format=lambda v: f"{v:.4f}"),
+                     ).to_string(index=False, float_format=_four),
         "",
-        f"faithfulness over directions, ranking {result['ranking']} (m(N) = {result['full_metric']:.4f}, "
-        f"m(∅) = {result['empty_metric']:.4f}):",
+        f"faithfulness over directions, ranking {result['ranking']} (m(N) = {_four(result['full_metric'])}, "
+        f"m(∅) = {_four(result['empty_metric'])}):",
         result["curve"].merge(result["random_curve"][["percent", "faithfulness"]], on="percent", suffixes=("", "_random"))
-        .to_string(index=False, float_format=lambda v: f"{v:.4f}"),
+        .to_string(index=False, float_format=_four),
         "",
-        result["areas"].to_string(index=False, float_format=lambda v: f"{v:.4f}"),
+        result["areas"].to_string(index=False, float_format=_four),
         "(directions, not edges: not comparable with MIB's leaderboard)",
     ]
     if "attack" in result:
         a = result["attack"]
         lines += ["", f"under attack (m of the left-out directions in [0, 1]; {a['settings']}):",
-                  f"KL under the rule {a['under_rule_kl']:.4f}; stochastic (m ~ U(0, 1), {len(a['stochastic']['draws'])} "
-                  f"draws) mean {a['stochastic']['mean']:.4f}, max {a['stochastic']['max']:.4f}",
-                  a["curve"].to_string(index=False, float_format=lambda v: f"{v:.4f}"),
-                  f"largest KL found {a['best_kl']:.4f} against the declared bound {a['bound']}: "
+                  f"KL under the rule {_four(a['under_rule_kl'])}; stochastic (m ~ U(0, 1), {len(a['stochastic']['draws'])} "
+                  f"draws) mean {_four(a['stochastic']['mean'])}, max {_four(a['stochastic']['max'])}",
+                  a["curve"].to_string(index=False, float_format=_four),
+                  f"largest KL found {_four(a['best_kl'])} on the prompts the ascent did not climb on (on those it "
+                  f"climbed on: {_four(a['best_kl_in_sample'])}), against the declared bound {a['bound']}: "
                   + ("survives the adversary" if a["survives"] else "does NOT survive the adversary")]
     return "\n".join(lines)
 

@@ -271,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
             result = evaluate_file(circuit, SETTINGS["n_prompts"], SETTINGS["seed"], SETTINGS["control_seeds"],
                                    SETTINGS["ranking"], model=models[key], adversarial=args.adversarial,
                                    attack_rules=attack_rules_file())
-            path, sha = report_path(figures, run, circuit), sha256_file(circuit)
+            path, sha = report_path(figures, run, circuit), recorded  # report_state verified the file against it
             atomic_write_text(path.with_suffix(".txt"), report(result) + "\n")
             atomic_write_json(path, {**summary_value(result), "circuit_sha256": sha,
                                      "inputs_digest": inputs_digest(sha, evaluators[args.adversarial]),

@@ -221,3 +221,8 @@ def test_the_evaluator_attacks_a_circuit_file_when_asked_and_records_the_attacks
     assert attack["survives"] == (attack["best_kl"] <= 0.21)
     assert "survive the adversary" in evaluate.report(result) or "survives the adversary" in evaluate.report(result)
     assert "attack" not in evaluate.evaluate_file(path, n_prompts=16, control_seeds=1, percents=(1, 100), model=model)
+
+
+def test_the_evaluators_printed_numbers_never_read_minus_zero():
+    assert evaluate._four(-0.00004) == "0.0000" and evaluate._four(-0.0) == "0.0000"  # a KL of -4e-5 from rounding
+    assert evaluate._four(-0.0001) == "-0.0001" and evaluate._four(0.12346) == "0.1235"
