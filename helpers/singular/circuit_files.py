@@ -208,11 +208,16 @@ def circuit_label(task_name: str, recipe: str, alpha: float | None = None) -> st
     raise ValueError(f"recipe={recipe!r} is not 'ours', 'paper-recipe' or 'ours-paper-rule'")
 
 
+def circuit_path(folder: str | Path, label: str) -> Path:
+    """The file the circuit ``label`` is written to in ``folder``: ``<folder>/<label>.safetensors``."""
+    return Path(folder) / f"{label}.safetensors"
+
+
 def default_circuit(task_name: str, model_name: str, figures: str | Path = "../figures") -> Path:
     """The circuit notebooks 03 and 06 read unless told otherwise: notebook 02's default run (our recipe at the
     declared α) on ``task_name`` and ``model_name``, where the figure pipeline writes it."""
-    return (Path(figures) / f"02_masking-{task_name}-{model_name}" / "circuits"
-            / f"{circuit_label(task_name, 'ours', MaskingRun().alpha)}.safetensors")
+    return circuit_path(Path(figures) / f"02_masking-{task_name}-{model_name}" / "circuits",
+                        circuit_label(task_name, "ours", MaskingRun().alpha))
 
 
 def run_circuits(model, task_name: str, train, held_out, run, trained: dict, paper: tuple | None = None,
@@ -242,7 +247,7 @@ def write_circuits(circuits: list[Circuit], folder: str | Path) -> list[dict]:
     sha256, kept) for the run's summary."""
     records = []
     for circuit in circuits:
-        path = save_circuit(circuit, Path(folder) / f"{circuit.metadata['label']}.safetensors")
+        path = save_circuit(circuit, circuit_path(folder, circuit.metadata["label"]))
         records.append(dict(label=circuit.metadata["label"], file=path.name, sha256=sha256_file(path),
                             kept=circuit.n_kept(), kept_fraction=circuit.n_kept() / circuit.count(),
                             rule=circuit.metadata["ablation_rule"]["name"], kept_rule=circuit.metadata["kept_rule"]))

@@ -28,7 +28,7 @@ import torch
 
 from helpers.singular.adversary import attacked, nested_attack, smallest_surviving_share, task_specific
 from helpers.singular.alpha_path import kept_overlap
-from helpers.singular.circuit_files import circuit_label, circuit_prompts, load_circuit
+from helpers.singular.circuit_files import circuit_label, circuit_path, circuit_prompts, load_circuit
 from helpers.singular.circuits import CircuitEvaluator, binarise_top, evaluate_circuit, random_like
 from helpers.singular.masks import FixedMasks
 from helpers.singular.nonsense import nonsense_task
@@ -236,7 +236,7 @@ def attack_circuits(masked, targets: list[dict], folder: str | Path, rules: dict
     (``helpers.singular.adversary.attacked``). Returns one row per (target, circuit or random) and their curves."""
     rows, curves = [], []
     for target in targets:
-        circuit = load_circuit(Path(folder) / f"{target['label']}.safetensors", masked.model)
+        circuit = load_circuit(circuit_path(folder, target["label"]), masked.model)
         _, held_out = circuit_prompts(circuit, masked.model)
         evaluator = CircuitEvaluator(masked, held_out, circuit.rule())
         ceiling = float(model_kl_ceiling(masked.model, evaluator.prepared.log_p_full).mean())
