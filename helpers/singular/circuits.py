@@ -58,6 +58,12 @@ def random_like(circuit: FixedMasks, seed: int) -> FixedMasks:
     return FixedMasks(values)
 
 
+def beats_random_by(kl: float, random_kl: float, ratio: float) -> bool:
+    """A circuit beats its same-count random control by ``ratio``: the control's held-out KL is at least ``ratio``
+    times the circuit's, and above zero (a control that loses nothing cannot be beaten)."""
+    return bool(random_kl > 0 and random_kl >= ratio * kl)
+
+
 def kept_by_kind(circuit: FixedMasks) -> dict[str, int]:
     out: dict[str, int] = {}
     for name, v in circuit.blocks.items():

@@ -20,6 +20,7 @@ import torch
 from helpers.core.declared import load_declared
 from helpers.core.weights import layer_weights
 from helpers.singular.augmented import layer_svds
+from helpers.singular.circuits import beats_random_by
 
 PLANT_RULES = Path(__file__).resolve().parents[2] / "data" / "planted_mechanisms.toml"
 RULE_KEYS = {"plant": {"n_pairs", "pairs_seed", "qk_boost", "ridge", "probe_prompts", "effect_prompts",
@@ -140,7 +141,7 @@ def recovery(logits: dict[str, torch.Tensor], truth: list[int]) -> dict:
     ties mid-ranked), and the AUROC of the logits for planted against all others."""
     if not truth:
         raise ValueError("no planted direction to score: the plant left none above the declared energy share")
-    flat = torch.cat([v.detach().reshape(-1).double().cpu() for v in logits.values()]).cpu().numpy()
+    flat = torch.cat([v.detach().reshape(-1).double().cpu() for v in logits.values()]).numpy()
     positive = np.zeros(len(flat), dtype=bool)
     positive[truth] = True
     ranks = mid_ranks(flat)[positive]
@@ -244,7 +245,7 @@ def necessary(planted: dict | None, random: dict | None, rules: dict) -> bool | 
 def beats_random(kl: float, random_kl: float, rules: dict) -> bool:
     """A circuit beats its random control: the random control's held-out KL is at least ``circuit_ratio`` times
     the circuit's."""
-    return random_kl > 0 and random_kl >= rules["unplanted"]["circuit_ratio"] * kl
+    return beats_random_by(kl, random_kl, rules["unplanted"]["circuit_ratio"])
 
 
 # --- notebook 08's run ---------------------------------------------------------------------------------------

@@ -179,3 +179,10 @@ def test_a_circuit_with_the_same_values_is_run_once_and_any_change_is_run_again(
     learnable = DirectionMasks(model)  # masks that can change are never kept
     evaluator.evaluate(learnable), evaluator.evaluate(learnable)
     assert len(calls) == 4
+
+
+def test_a_circuit_beats_its_random_control_at_the_ratio_and_never_a_control_that_loses_nothing():
+    from helpers.singular.circuits import beats_random_by
+
+    assert beats_random_by(0.125, 0.375, 3.0) and not beats_random_by(0.125, 0.37499, 3.0)  # at, and just short of, 3×
+    assert not beats_random_by(0.0, 0.0, 3.0) and beats_random_by(0.0, 1e-9, 3.0)
