@@ -271,6 +271,19 @@ def attack_known_yes(summaries: dict) -> str:
             f"{max(rows['random']['adversarial_kl'], 0):.3g}, {'survives' if rows['random']['survives'] else 'broken'}")
 
 
+def paper2_known_yes(summaries: dict) -> str:
+    """Paper 2's case known to be yes (notebook 08): the checks at a site-layer with a planted mount, beside the
+    same site-layer unplanted."""
+    from helpers.singular.planted_recovery import checks_words
+
+    row = (summaries.get(PLANTED_RUN) or {}).get("paper2_planted")
+    if not row:
+        return NO_PLANT
+    plant = row["plant"]
+    return (f"a rank-1 mount planted in {plant['site']} L{plant['layer']} of {plant['model']} (08): "
+            f"{checks_words(row['planted'])}; unplanted there: {checks_words(row['unplanted'])}")
+
+
 def planted_check(summaries: dict) -> str:
     """One paragraph on notebook 08, the masking method's positive control: where the plant drives the task, is it
     recovered and is it necessary; and the unplanted model's circuit against its random control."""
@@ -405,7 +418,7 @@ def verdict_reach(summaries: dict, claims: list[Claim]) -> str:
                 + ("; ".join(f"{c.item}: {c.control.removeprefix('control head ')}" for c in subfunctions) or "not run")
                 + " | not checked |")
     mounts, = claims_under(claims, "mounts")
-    rows.append(f"| Paper 2's checks A, B, C (04) | {NO_PLANT} | {mounts.control or 'not run'} | "
+    rows.append(f"| Paper 2's checks A, B, C (04) | {paper2_known_yes(summaries)} | {mounts.control or 'not run'} | "
                 f"{_reach_words(mounts.verdict)} |")
     return "\n".join(rows)
 

@@ -27,7 +27,8 @@ RULE_KEYS = {"plant": {"n_pairs", "pairs_seed", "qk_boost", "ridge", "probe_prom
                        "negative_texts", "unrelated_texts", "share", "why"},
              "drives_task": {"min_accuracy"}, "recovered": {"min_recall", "min_auroc"},
              "necessary": {"max_remaining", "min_remaining_random", "bootstrap"}, "unplanted": {"circuit_ratio"},
-             "attack_calibration": {"inert_relative_sigma"}}
+             "attack_calibration": {"inert_relative_sigma"},
+             "paper2": {"model", "site", "layer", "tile", "token", "strength", "n_tokens", "n_texts"}}
 SITE_KEYS = {"name", "layer", "head", "strengths"}
 
 
@@ -413,6 +414,27 @@ def attack_lines(summary: dict) -> list[str]:
             f"{'broken, so it tells the two apart' if verdict['tells_apart'] else 'so at this count it does not tell them apart'}."]
 
 
+CHECKS = ("A1", "A2", "A4", "B1", "C1")
+
+
+def checks_words(checks: dict) -> str:
+    """Paper 2's checks at one site-layer in words: "A1 yes, …, C1 not judged"."""
+    return ", ".join(f"{c} {'not judged' if checks[c] is None else ('yes' if checks[c] else 'no')}" for c in CHECKS)
+
+
+def paper2_lines(summary: dict) -> list[str]:
+    """The closing cell's line on paper 2's planted mount (none where the run skipped it)."""
+    row = summary.get("paper2_planted")
+    if not row:
+        return []
+    plant, before, after = row["plant"], row["unplanted"], row["planted"]
+    return [f"- **Paper 2's checks on a planted mount** ({plant['site']} L{plant['layer']}, tile {plant['tile']}, "
+            f"writing {plant['token']!r} at {plant['strength']:g}× the site's largest σ, {plant['model']}): planted "
+            f"{checks_words(after)}; the same site-layer unplanted {checks_words(before)}. Tile lift "
+            f"{before['lift_tile']:.3f} → {after['lift_tile']:.3f}; coverage peak {before['coverage_peak']:.3f} → "
+            f"{after['coverage_peak']:.3f}."]
+
+
 def findings(summary: dict, fast: bool = False) -> str:
     """Notebook 08's closing cell, from its summary: the unplanted model at chance, each plant's effect and
     verdicts, and the negative control."""
@@ -445,7 +467,7 @@ def findings(summary: dict, fast: bool = False) -> str:
     out += [f"- **Negative control**: the same recipe on the unplanted model keeps {100 * circuit['kept_fraction']:.1f} % "
             f"of the directions at held-out KL {_nats(circuit['kl'])}, against {_nats(circuit['random_kl'])} for its random "
             f"control: it {'beats' if unplanted['circuit_beats_random'] else 'does not beat'} it by the declared "
-            f"{rules['unplanted']['circuit_ratio']:g}×.", *attack_lines(summary), "",
+            f"{rules['unplanted']['circuit_ratio']:g}×.", *attack_lines(summary), *paper2_lines(summary), "",
             "| site | strength | accuracy | ground truth kept (OV, QK) | recall | AUROC (random set) | median rank | "
             "gain left: planted ablated | random ablated | circuit kept | recovered | necessary |",
             "|---|---|---|---|---|---|---|---|---|---|---|---|"]

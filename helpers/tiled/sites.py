@@ -78,10 +78,20 @@ def site_matrix(model, site: Site, device="cpu") -> torch.Tensor:
     """W [d_out, d_in] of the site, as the checkpoint has it (float32 copy of the module's own weight), on
     ``device``: the CPU by default, where the weight-side sets are built (docs/methods.md §0). For GQA models
     ``attn.k`` and ``attn.v`` have one block of rows per key/value head."""
-    module = _linear(model, site)
-    module = getattr(module, "original_component", module)
+    module = site_module(model, site)
     weight = module.weight.detach()
-    return (weight.T if type(module).__name__ == "Conv1D" else weight).to(device, torch.float32, copy=True).contiguous()
+    return (weight.T if transposed(module) else weight).to(device, torch.float32, copy=True).contiguous()
+
+
+def site_module(model, site: Site) -> torch.nn.Module:
+    """The checkpoint's own linear module of the site (unwrapped from the bridge): its weight is the model's."""
+    module = _linear(model, site)
+    return getattr(module, "original_component", module)
+
+
+def transposed(module: torch.nn.Module) -> bool:
+    """Whether the module stores W as [d_in, d_out] (GPT-2's Conv1D) rather than [d_out, d_in]."""
+    return type(module).__name__ == "Conv1D"
 
 
 def steer_hook(model, site: Site) -> str:
@@ -118,13 +128,11 @@ def permute_site_columns(model, seed: int, sites: list[Site] | None = None) -> N
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for site in sites or all_sites(model):
-            module = _linear(model, site)
-            module = getattr(module, "original_component", module)
-            weight = module.weight
-            transposed = type(module).__name__ == "Conv1D"  # GPT-2's Conv1D stores [d_in, d_out]
-            n_in = weight.shape[0] if transposed else weight.shape[1]
+            module = site_module(model, site)
+            weight, stored_transposed = module.weight, transposed(module)
+            n_in = weight.shape[0] if stored_transposed else weight.shape[1]
             order = torch.randperm(n_in, generator=generator, device="cpu").to(weight.device)
-            weight.copy_(weight[order] if transposed else weight[:, order])
+            weight.copy_(weight[order] if stored_transposed else weight[:, order])
 
 
 CONTROLS = ("random-init", "permuted")

@@ -239,17 +239,7 @@ class SiteStatistics:
             bar.close()
 
     def _forward(self, tokens, chunk, by_sequence, names) -> dict[str, torch.Tensor]:
-        device = self.model.device
-        rows = torch.cat([torch.full((len(by_sequence[i]),), r, device="cpu") for r, i in enumerate(chunk)]).to(device)
-        cols = torch.cat([torch.tensor(by_sequence[i], device="cpu") for i in chunk]).to(device)
-        got = {}
-
-        def grab(value, hook):
-            got[hook.name] = value[rows, cols].reshape(len(rows), -1).detach()
-            return value
-        with torch.no_grad(), self.model.bridge.hooks(fwd_hooks=[(n, grab) for n in names]):
-            self.model.body(input_ids=tokens.to(device))
-        return got
+        return sampled_values(self.model, tokens, chunk, by_sequence, names)
 
     def _fit_effective(self, plan: StreamPlan, got: dict) -> None:
         layer, fits = plan.site.layer, self.effective_fits.setdefault(plan.name, {})
@@ -273,6 +263,22 @@ class SiteStatistics:
 
     def results(self) -> dict[str, dict]:
         return {name: stream.results() for name, stream in self.streams.items()}
+
+
+def sampled_values(model, tokens, chunk, by_sequence, names) -> dict[str, torch.Tensor]:
+    """One forward of ``tokens`` (the sequences ``chunk``): each hook of ``names`` at the sampled positions
+    (``by_sequence``: sequence → positions), [positions, width], in chunk order."""
+    device = model.device
+    rows = torch.cat([torch.full((len(by_sequence[i]),), r, device="cpu") for r, i in enumerate(chunk)]).to(device)
+    cols = torch.cat([torch.tensor(by_sequence[i], device="cpu") for i in chunk]).to(device)
+    got = {}
+
+    def grab(value, hook):
+        got[hook.name] = value[rows, cols].reshape(len(rows), -1).detach()
+        return value
+    with torch.no_grad(), model.bridge.hooks(fwd_hooks=[(n, grab) for n in names]):
+        model.body(input_ids=tokens.to(device))
+    return got
 
 
 def pass_batches(positions: dict[int, list[int]], batch: int) -> list[list[int]]:

@@ -305,8 +305,8 @@ def test_load_plant_rules_refuses_a_mistyped_key(tmp_path: Path):
     (tmp_path / "rules.toml").write_text(text, encoding="utf-8")
     with pytest.raises(ValueError, match="min_aucroc"):
         R.load_plant_rules(tmp_path / "rules.toml")
-    no_sites = "\n".join(line for line in R.PLANT_RULES.read_text(encoding="utf-8").splitlines()
-                         if not line.startswith(("[[sites]]", "name =", "layer =", "head =", "strengths =")))
+    text = R.PLANT_RULES.read_text(encoding="utf-8")
+    no_sites = text[: text.index("[[sites]]")] + text[text.index("[drives_task]"):]  # every [[sites]] table cut
     (tmp_path / "rules.toml").write_text(no_sites, encoding="utf-8")
     with pytest.raises(ValueError, match="no \\[\\[sites\\]\\]"):
         R.load_plant_rules(tmp_path / "rules.toml")
@@ -340,3 +340,19 @@ def test_plant_and_recover_runs_and_ablating_the_plant_removes_it(tiny):
     assert row["drives_task"] == (row["accuracy"] >= RULES["drives_task"]["min_accuracy"])
     text = R.findings(dict(plants=[row], unplanted=R.unplanted_control(tiny, sets, run, rules, 1, False), rules=rules))
     assert "| tiny L1.H1 | 2× |" in text and "Negative control" in text
+
+
+def test_paper_2s_planted_row_reads_in_words_and_reaches_the_results_table():
+    from helpers.reproduction import PLANTED_RUN, paper2_known_yes
+
+    checks = dict(A1=True, A2=True, A4=False, B1=True, C1=None, lift_tile=0.01, coverage_peak=0.2)
+    row = dict(plant=dict(site="mlp.down", layer=9, tile=0, token=" banana", strength=1.0, model="gemma-3-270m"),
+               unplanted=dict(checks, B1=False, lift_tile=0.005, coverage_peak=0.1), planted=checks)
+    assert R.checks_words(checks) == "A1 yes, A2 yes, A4 no, B1 yes, C1 not judged"
+    line, = R.paper2_lines({"paper2_planted": row})
+    assert "planted A1 yes, A2 yes, A4 no, B1 yes, C1 not judged; the same site-layer unplanted A1 yes, A2 yes, " \
+           "A4 no, B1 no" in line and "coverage peak 0.100 → 0.200" in line
+    assert R.paper2_lines({"paper2_planted": None}) == [] and R.paper2_lines({}) == []
+    assert paper2_known_yes({PLANTED_RUN: {"paper2_planted": row}}).startswith(
+        "a rank-1 mount planted in mlp.down L9 of gemma-3-270m (08): A1 yes")
+    assert paper2_known_yes({}).startswith("none yet")
