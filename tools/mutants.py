@@ -227,6 +227,12 @@ MUTANTS = [  # (file, original text, mutated text, tests to run, what the mutant
  ('helpers/singular/adversary.py', '        if not row["survives"]:\n            break', '        if not row["survives"]:\n            continue', 'tests/unit/test_adversary.py', 'a surviving share below a failed one counted'),
  ('helpers/singular/validation.py', '                ranking_holds_better=learned is not None and (random is None or learned < random),', '                ranking_holds_better=learned is not None and (random is None or learned <= random),', 'tests/unit/test_validation.py', 'a tie between the rankings counted as the learned one better'),
  ('helpers/singular/validation.py', '        if said == "no" and calibrated and not calibrated["survivable"]:', '        if said == "no" and calibrated:', 'tests/unit/test_validation.py', 'every failure uninformative, even where a nested circuit held'),
+ ('helpers/tiled/planted.py', '    scale = strength * sigma', '    scale = sigma', 'tests/unit/test_tiled_planted.py', "the planted mount's declared strength ignored"),
+ ('helpers/tiled/planted.py', '    top = vectors[:, -1]', '    top = vectors[:, 0]', 'tests/unit/test_tiled_planted.py', "the plant reads the tile's least active input direction"),
+ ('helpers/tiled/planted.py', '    halves = sample.halves()\n    fit = halves["fit"]', '    halves = sample.halves()\n    fit = halves["score"]', 'tests/unit/test_tiled_planted.py', "the plant's direction chosen on the half the checks score"),
+ ('helpers/singular/planted_recovery.py', '    return ", ".join(f"{c} {\'not judged\' if checks[c] is None else (\'yes\' if checks[c] else \'no\')}" for c in CHECKS)', '    return ", ".join(f"{c} {\'not judged\' if checks[c] is None else (\'no\' if checks[c] else \'yes\')}" for c in CHECKS)', 'tests/unit/test_planted.py', "paper 2's planted checks read inverted"),
+ ('helpers/tiled/sweep.py', '            partitions[width] = random_partition_svd(W, width, largest_k, seed)', '            partitions[width] = random_partition_svd(W, width, largest_k, seed + 1)', 'tests/unit/test_tiling.py', "coverage's random partitions drawn with another seed"),
+ ('helpers/singular/augmented.py', '        out.append(svds if keep is None or layer in keep else {kind: svd.spectrum() for kind, svd in svds.items()})', '        out.append(svds if keep is None or layer not in keep else {kind: svd.spectrum() for kind, svd in svds.items()})', 'tests/unit/test_augmented.py', "the read-out layers' directions dropped instead of the others'"),
 ]
 
 
