@@ -281,13 +281,14 @@ def judged_masks(masked, masks, sets: dict, run, control_seeds: int) -> dict:
 
 
 def plant_and_recover(base, site: dict, strength: float, sets: dict, run, rules: dict, unplanted_metric: torch.Tensor,
-                      control_seeds: int = 3, progress: bool = True) -> tuple[dict, dict]:
+                      control_seeds: int = 3, progress: bool = True, paper_rule_run=None) -> tuple[dict, dict]:
     """One declared plant, start to end: design it on the unplanted ``base`` (its probes on the probe prompts), write
     it into a fresh copy, measure what it does (accuracy, attention, KL on unrelated text), find its ground
     truth, train notebook 02's masks (``run``) on the planted task, and score them: recall, ranks and AUROC
     (beside a same-count random set of the head's directions scored the same way), the circuit against its
-    random control, and necessity (mean-ablating the ground truth, and the random set). Returns (the row, the
-    trained masks' logits)."""
+    random control, and necessity (mean-ablating the ground truth, and the random set). With ``paper_rule_run``
+    (our training under paper 1's ablation rule, as notebook 02's ledger runs it), its masks' recall and AUROC
+    too (``paper_rule``). Returns (the row, the trained masks' logits)."""
     from helpers.singular.masks import AblationRule, MaskedModel
     from helpers.singular.planted import PlantSpec, design_plant, plant_effects, planted_model
     from helpers.singular.training import train_masks
@@ -315,6 +316,15 @@ def plant_and_recover(base, site: dict, strength: float, sets: dict, run, rules:
                                                           ablation_masks(logits, spec.layer, spec.head, off)),
                                         planted_metric, unplanted_metric, n_boot, seed=plant_rules["pairs_seed"])
                  for label, off in (("planted", truth), ("random", decoy))} if found else {"planted": None, "random": None}
+    paper_rule = None
+    if paper_rule_run is not None and found:
+        rule_masks, rule_history = train_masks(masked, sets["train"], paper_rule_run.rule(),
+                                               paper_rule_run.train_config(), progress=progress)
+        rule_logits = {name: p.detach().cpu() for name, p in rule_masks.logits.items()}
+        rule_scores = recovery(rule_logits, flat_indices(rule_logits, spec.layer, spec.head, truth))
+        paper_rule = dict(run=paper_rule_run, recovery=rule_scores, recovered=recovered(rule_scores, rules),
+                          kept_by_kind=kept_by_kind(rule_logits, spec.layer, spec.head, truth),
+                          train_kl=float(rule_history["kl"].iloc[-1]))
     row = dict(site=site["name"], layer=spec.layer, head=spec.head, strength=spec.ov_strength, model=model.name,
                sigma_ov=plant.sigma_ov, head_sigma_ov=plant.head_sigma_ov, sigma_qk_ratio=plant.sigma_qk / plant.head_sigma_qk,
                **{k: v for k, v in effects.items() if k not in ("ov_strength", "qk_boost")},
@@ -323,7 +333,7 @@ def plant_and_recover(base, site: dict, strength: float, sets: dict, run, rules:
                circuit=circuit, train_kl=float(history["kl"].iloc[-1]), remaining=remaining,
                drives_task=drives_task(effects["accuracy"], rules), recovered=recovered(scores, rules),
                necessary=necessary(remaining["planted"], remaining["random"], rules),
-               circuit_beats_random=beats_random(circuit["kl"], circuit["random_kl"], rules))
+               circuit_beats_random=beats_random(circuit["kl"], circuit["random_kl"], rules), paper_rule=paper_rule)
     del masked, model
     gc.collect()
     return row, logits
@@ -349,10 +359,11 @@ def unplanted_control(base, sets: dict, run, rules: dict, control_seeds: int = 3
 
 
 def recover_plants(base, sites: list[dict], sets: dict, run, rules: dict, control_seeds: int = 3,
-                   progress: bool = True) -> tuple[list[dict], dict]:
+                   progress: bool = True, paper_rule_run=None) -> tuple[list[dict], dict]:
     """Every declared plant (``plant_and_recover``, sites in order, strengths ascending) and the unplanted control
-    on the same prompts. Each plant's masks are cached by ``train_masks``, so an interrupted run resumes at the
-    first plant not yet trained. Returns (one row per plant, the control)."""
+    on the same prompts; with ``paper_rule_run``, also masks trained under paper 1's ablation rule at each site's
+    strongest plant. Each plant's masks are cached by ``train_masks``, so an interrupted run resumes at the first
+    plant not yet trained. Returns (one row per plant, the control)."""
     import time
 
     from helpers.singular.masks import AblationRule, MaskedModel
@@ -361,7 +372,9 @@ def recover_plants(base, sites: list[dict], sets: dict, run, rules: dict, contro
     rows, total, start = [], sum(len(s["strengths"]) for s in sites), time.time()
     for site in sites:
         for strength in sorted(site["strengths"]):
-            row, _ = plant_and_recover(base, site, strength, sets, run, rules, unplanted_metric, control_seeds, progress)
+            strongest = paper_rule_run if strength == max(site["strengths"]) else None
+            row, _ = plant_and_recover(base, site, strength, sets, run, rules, unplanted_metric, control_seeds, progress,
+                                       strongest)
             rows.append(row)
             print(f"[{len(rows)}/{total}] {site['name']} L{site['layer']}.H{site['head']} ×{strength:g}: accuracy "
                   f"{row['accuracy']:.2f}, recall {row['recovery']['recall'] if row['recovery'] else float('nan'):.2f}, "
@@ -422,6 +435,20 @@ def checks_words(checks: dict) -> str:
     return ", ".join(f"{c} {'not judged' if checks[c] is None else ('yes' if checks[c] else 'no')}" for c in CHECKS)
 
 
+def paper_rule_lines(rows: list[dict], rules: dict) -> list[str]:
+    """The closing cell's line on our training under paper 1's ablation rule, at the plants that ran it."""
+    ruled = [r for r in rows if r.get("paper_rule")]
+    if not ruled:
+        return []
+    each = "; ".join(f"{r['site']} ×{r['strength']:g}: recall {r['paper_rule']['recovery']['recall']:.2f}, AUROC "
+                     f"{r['paper_rule']['recovery']['auroc']:.2f} (our rule: {r['recovery']['recall']:.2f}, "
+                     f"{r['recovery']['auroc']:.2f})" for r in ruled)
+    found = sum(bool(r["paper_rule"]["recovered"]) for r in ruled)
+    return [f"- **Under paper 1's ablation rule** (our training, at each site's strongest plant), masking recovers "
+            f"the plant at {found} of {len(ruled)} by the same rule (recall ≥ {rules['recovered']['min_recall']:g}, "
+            f"AUROC ≥ {rules['recovered']['min_auroc']:g}): {each}."]
+
+
 def paper2_lines(summary: dict) -> list[str]:
     """The closing cell's line on paper 2's planted mount (none where the run skipped it)."""
     row = summary.get("paper2_planted")
@@ -467,7 +494,8 @@ def findings(summary: dict, fast: bool = False) -> str:
     out += [f"- **Negative control**: the same recipe on the unplanted model keeps {100 * circuit['kept_fraction']:.1f} % "
             f"of the directions at held-out KL {_nats(circuit['kl'])}, against {_nats(circuit['random_kl'])} for its random "
             f"control: it {'beats' if unplanted['circuit_beats_random'] else 'does not beat'} it by the declared "
-            f"{rules['unplanted']['circuit_ratio']:g}×.", *attack_lines(summary), *paper2_lines(summary), "",
+            f"{rules['unplanted']['circuit_ratio']:g}×.", *paper_rule_lines(rows, rules), *attack_lines(summary),
+            *paper2_lines(summary), "",
             "| site | strength | accuracy | ground truth kept (OV, QK) | recall | AUROC (random set) | median rank | "
             "gain left: planted ablated | random ablated | circuit kept | recovered | necessary |",
             "|---|---|---|---|---|---|---|---|---|---|---|---|"]

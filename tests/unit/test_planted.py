@@ -332,8 +332,13 @@ def test_plant_and_recover_runs_and_ablating_the_plant_removes_it(tiny):
     sets = R.prompt_sets(tiny, rules, run.n_prompts, fast=True)
     unplanted = R.metric_per_prompt(MaskedModel(tiny), sets["held_out"], AblationRule.uniform("mean", "all"))
     site = dict(name="tiny", layer=1, head=1, strengths=[2.0])
-    row, logits = R.plant_and_recover(tiny, site, 2.0, sets, run, rules, unplanted, control_seeds=1, progress=False)
+    paper_rule_run = MaskingRun.declared({"ablation": "paper"}, fast=True)
+    row, logits = R.plant_and_recover(tiny, site, 2.0, sets, run, rules, unplanted, control_seeds=1, progress=False,
+                                      paper_rule_run=paper_rule_run)
     assert row["n_truth"] == sum(len(v) for v in row["truth"].values()) > 0
+    ruled = row["paper_rule"]  # the same plant's ground truth, scored on masks trained under the paper's rule
+    assert ruled["run"].ablation == "paper" and ruled["recovery"]["n_planted"] == row["recovery"]["n_planted"]
+    assert ruled["recovered"] == R.recovered(ruled["recovery"], rules)
     assert {k: len(v) for k, v in row["random_set"].items()} == {k: len(v) for k, v in row["truth"].items()}
     assert row["recovery"]["total"] == sum(v.numel() for v in logits.values())
     assert row["remaining"]["planted"]["share"] < row["remaining"]["random"]["share"]
@@ -356,3 +361,14 @@ def test_paper_2s_planted_row_reads_in_words_and_reaches_the_results_table():
     assert paper2_known_yes({PLANTED_RUN: {"paper2_planted": row}}).startswith(
         "a rank-1 mount planted in mlp.down L9 of gemma-3-270m (08): A1 yes")
     assert paper2_known_yes({}).startswith("none yet")
+
+
+def test_the_paper_rule_line_counts_only_the_plants_that_ran_it():
+    scores = dict(recall=1.0, auroc=0.95)
+    rows = [dict(site="late", strength=2.0, recovery=dict(recall=0.5, auroc=0.7),
+                 paper_rule=dict(recovery=scores, recovered=True)),
+            dict(site="late", strength=1.0, recovery=dict(recall=0.5, auroc=0.7), paper_rule=None)]
+    line, = R.paper_rule_lines(rows, RULES)
+    assert "recovers the plant at 1 of 1 by the same rule" in line
+    assert "late ×2: recall 1.00, AUROC 0.95 (our rule: 0.50, 0.70)" in line
+    assert R.paper_rule_lines(rows[1:], RULES) == []
