@@ -159,7 +159,7 @@ def split_rows(n: int, climb_share: float | None, seed: int) -> tuple[torch.Tens
         raise ValueError(f"climb_share={climb_share} of {n} held-out prompts leaves a half empty: give the attack more "
                          "prompts or climb_share = None")
     order = torch.randperm(n, generator=torch.Generator().manual_seed(seed), device="cpu")
-    return order[:n_climb].sort().values, order[n_climb:].sort().values
+    return order[:n_climb].sort(stable=True).values, order[n_climb:].sort(stable=True).values
 
 
 def adversarial_kl(evaluator: CircuitEvaluator, circuit: FixedMasks, attack: Attack, progress: bool = False,
@@ -173,7 +173,7 @@ def adversarial_kl(evaluator: CircuitEvaluator, circuit: FixedMasks, attack: Att
     out = excluded(circuit)
     device = evaluator.task.clean.device
     climb, report = split_rows(len(evaluator.task), attack.climb_share, attack.seed)
-    pool = torch.arange(len(evaluator.task)) if climb is None else climb
+    pool = torch.arange(len(evaluator.task), device="cpu") if climb is None else climb
     rows = []
     best = best_in_sample = 0.0
     for start in attack.starts:

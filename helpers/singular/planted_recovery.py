@@ -142,7 +142,7 @@ def recovery(logits: dict[str, torch.Tensor], truth: list[int]) -> dict:
     ties mid-ranked), and the AUROC of the logits for planted against all others."""
     if not truth:
         raise ValueError("no planted direction to score: the plant left none above the declared energy share")
-    flat = torch.cat([v.detach().reshape(-1).double().cpu() for v in logits.values()]).numpy()
+    flat = torch.cat([v.detach().reshape(-1).double().cpu() for v in logits.values()]).cpu().numpy()
     positive = np.zeros(len(flat), dtype=bool)
     positive[truth] = True
     ranks = mid_ranks(flat)[positive]

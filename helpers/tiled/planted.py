@@ -36,7 +36,7 @@ def tile_input_direction(model, sample, site: Site, columns: range, batch: int =
     positive."""
     halves = sample.halves()
     fit = halves["fit"]
-    moment = torch.zeros(len(columns), len(columns), dtype=torch.float64)
+    moment = torch.zeros(len(columns), len(columns), dtype=torch.float64, device="cpu")
     for chunk, tokens in pass_tokens(sample, fit, batch):
         x = sampled_values(model, tokens, chunk, fit, {site.input_hook})[site.input_hook]
         x = x[:, columns.start: columns.stop].double().cpu()
@@ -44,7 +44,7 @@ def tile_input_direction(model, sample, site: Site, columns: range, batch: int =
     _, vectors = torch.linalg.eigh(moment)
     top = vectors[:, -1]
     top = top * torch.sign(top[top.abs().argmax()])
-    v = torch.zeros(site_matrix(model, site).shape[1], dtype=torch.float64)
+    v = torch.zeros(site_matrix(model, site).shape[1], dtype=torch.float64, device="cpu")
     v[columns.start: columns.stop] = top
     return v
 
