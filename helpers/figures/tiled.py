@@ -16,14 +16,21 @@ STRATEGY_STYLES = {"tile": dict(ls="-", marker="o", lw=2.4, color="C0"),
                    "pca": dict(ls="-", marker=".", lw=1.0, color="0.55")}
 
 
+def _site_layers(a):
+    """The rows of check A's table that are site-layers: every stream but the effective paths."""
+    return a[~a["effective"].astype(bool)] if "effective" in a.columns else a
+
+
 def lift_finding(a, controls: dict | None = None) -> str:
     """The point of the lift figure, from its numbers: how far tile mounts lie from random column partitions,
-    and on how many site-layers a control's tile lift reaches the model's."""
+    and on how many site-layers a control's tile lift reaches the model's (the effective-path streams, a second
+    view of two sites, are not site-layers of their own and are left out)."""
+    a = _site_layers(a)
     both = a[["lift_tile", "lift_random_partition"]].dropna()
     text = (f"tile SVD and random column partitions lift the write energy alike (mean |difference| "
             f"{(both['lift_tile'] - both['lift_random_partition']).abs().mean():.4f})")
     for i, (label, frame) in enumerate((controls or {}).items()):
-        merged = a.merge(frame, on=["site", "layer"], suffixes=("", "_control"))
+        merged = a.merge(_site_layers(frame), on=["site", "layer"], suffixes=("", "_control"))
         reach = int((merged["lift_tile_control"] >= merged["lift_tile"]).sum())
         text += (f"; {label} weights reach the model's tile lift at {reach} of {len(merged)} site-layers" if i == 0
                  else f", {label} weights at {reach} of {len(merged)}")

@@ -20,3 +20,10 @@ def test_the_steer_finding_counts_random_wins_and_judged_layers_where_every_line
     text = steer_finding(c, 6, 0.05)
     assert "higher ρ than the strongest tile mount at 3 of 4 site-layers" in text  # 0.2 = 0.2 is not higher
     assert "every direction clears ρ = 0.05 at 2 of 3" in text  # layer 6 has 0.05 exactly: clears; layer 8 does not
+
+
+def test_the_lift_finding_counts_site_layers_not_the_effective_path_streams():
+    a = pd.DataFrame(dict(site=["q", "up", "up"], layer=[0, 0, 0], lift_tile=[0.1, 0.2, 0.9],
+                          lift_random_partition=[0.1, 0.2, None], effective=[False, False, True]))
+    control = a.assign(lift_tile=[0.2, 0.0, 1.0])
+    assert lift_finding(a, {"random-init": control}).endswith("reach the model's tile lift at 1 of 2 site-layers")
