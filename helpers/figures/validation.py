@@ -36,10 +36,14 @@ def plot_attack(table: pd.DataFrame, curves: pd.DataFrame, bound: float, title: 
         ax.axhline(bound, color="C3", ls=":", label=f"declared bound, KL {bound:g}")
         role = table[table["label"] == label]["role"].iloc[0]
         kept = table[table["label"] == label]["kept_fraction"].iloc[0]
-        ax.set(title=f"{label}\n{role}, {100 * kept:.1f} % kept", xlabel="ascent steps", ylabel="held-out KL",
-               ylim=(0, None))
+        ax.set(title=f"{role}\n{100 * kept:.1f} % of directions kept", xlabel="ascent steps",
+               ylabel="held-out KL (nats)", ylim=(0, None))
         ax.set_yscale("symlog", linthresh=0.05)
+        top = ax.get_ylim()[1]
+        ax.set_yticks([t for t in (0, 0.1, 1, 10, 100, 1000) if t <= top])  # one per decade: none collide
         ax.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.yaxis.set_minor_locator(plt.NullLocator())
+        ax.set_xticks(sorted(curves["step"].unique()))  # the checkpoints, where the KL was measured
     handles, names = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, names, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=3)
     fig.suptitle(title, y=1.04)
