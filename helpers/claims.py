@@ -31,6 +31,7 @@ RUNS = {
     "receptors": "06_steering-smollm2-135m", "tiled": "04_tiled_svd-gemma-3-270m",
     "coverage": "05_coverage_curves-gemma-3-270m",
 }
+PAPER_BUDGET_SWEEP = "02_masking-ioi-paper-budget"  # runs.toml: paper 1's recipe at a longer budget (IOI only)
 VALIDATION_RUNS = {task: f"07_circuit_validation-{task}-smollm2-135m" for task in ("ioi", "gender", "greater_than")}
 TASK_NAMES = {"ioi": "IOI", "gender": "gender pronoun", "greater_than": "greater-than"}
 SUBSTITUTE = "our model stands in for the paper's"

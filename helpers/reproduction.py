@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 
 from helpers import paper_models
-from helpers.claims import DECIDED, NOT_TESTABLE, RULES_FILE, UNINFORMATIVE, Claim, all_claims, load_rules, table_cell
+from helpers.claims import (DECIDED, NOT_TESTABLE, PAPER_BUDGET_SWEEP, RULES_FILE, UNINFORMATIVE, Claim, all_claims,
+                            load_rules, table_cell)
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFEST = ROOT / "figures" / "manifest.json"
@@ -144,7 +145,6 @@ def device_of(run: dict) -> str:
 
 
 VALIDATION_TASKS = (("ioi", "IOI"), ("gender", "Gender pronoun"), ("greater_than", "Greater-than"))
-PAPER_BUDGET_SWEEP = "02_masking-ioi-paper-budget"  # runs.toml: paper 1's recipe at 3,000 steps of 16
 
 
 def _run_link(name: str) -> str:

@@ -90,7 +90,14 @@ def test_the_summary_figures_read_the_ledger_and_the_judges():
         ledger=[dict(step="paper", kept_percent=100.0, kl=0.41), dict(step="hard_concrete", kept_percent=42.5, kl=0.04)])}
     bars = figs.paper_1_bars(summaries)
     assert bars["IOI"]["kept"] == {"paper (GPT-2 small)": pytest.approx(8.68), "paper's recipe, our model": 100.0,
-                                   "ours, under the paper's rule": 42.5, "ours": 72.0}
+                                   "paper's recipe, longer budget": None, "ours, under the paper's rule": 42.5,
+                                   "ours": 72.0}
+    budget = {f"{C.PAPER_BUDGET_SWEEP}-paper_maskingsteps_3000": dict(
+        paper_recipe_run=dict(steps=3000), ledger=[dict(step="paper", kept_percent=9.5, kl=0.49)])}
+    longer = figs.paper_1_bars({**summaries, **budget})
+    assert longer["IOI"]["kept"]["paper's recipe, longer budget"] == 9.5 and longer["IOI"]["budget_steps"] == 3000
+    assert longer["IOI"]["kl"]["paper's recipe, longer budget"] == 0.49
+    assert longer["gender pronoun"]["kept"]["paper's recipe, longer budget"] is None  # IOI's sweep only
     assert bars["IOI"]["kl"]["ours"] == 0.08 and bars["IOI"]["random_kl"] == 0.98
     assert bars["gender pronoun"]["kept"]["ours"] is None and bars["gender pronoun"]["kept"]["paper (GPT-2 small)"] is None
     assert figs.paper_1_title(bars, C.NOT_REPRODUCED) == (
