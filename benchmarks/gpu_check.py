@@ -1,6 +1,7 @@
-"""The GPU check: one script, about 8 minutes on one CUDA GPU, one JSON (printed and written).
+"""The GPU check: one script, about 8 minutes on one CUDA GPU before its paper_models section (not yet timed on
+one), one JSON (printed and written).
 
-    python benchmarks/gpu_check.py [--out gpu_check.json] [--sections env tests parity timings]
+    python benchmarks/gpu_check.py [--out gpu_check.json] [--sections env tests parity timings paper_models]
     python benchmarks/gpu_check.py --device cpu --quick        # a dry run of every section on the CPU
 
 No weights travel to a GPU machine that cannot reach the hub, so the check needs none:
@@ -20,6 +21,9 @@ No weights travel to a GPU machine that cannot reach the hub, so the check needs
    corpus, and check C's steered forwards (``Steering.changes``: the two residual sites of the deepest layer,
    the directions and doses ``check_c`` steers); peak GPU memory of each. CPU sides that would take minutes
    run on fewer tokens or steps and are scaled, which the JSON says (``cpu_scaled_from_tokens``).
+5. ``paper_models``: the paper-models profile's ``--fast`` pass at GPT-2 small's real shapes (notebooks 01, 02
+   on IOI, 03 and 07 on IOI), offline, on a stand-in folder of random weights (``helpers.core.stand_ins``),
+   on the device; each run's wall time, as the manifest records it.
 
 Every section is timed and guarded: a failure is recorded with its error and the next section runs. The
 machine's own output files are not committed; the note quotes the JSON's numbers.
@@ -228,6 +232,35 @@ def timings(device: str, quick: bool) -> dict:
     return out
 
 
+PAPER_MODEL_RUNS = ("01_augmented_matrices-gpt2-small", "02_masking-ioi-gpt2-small", "03_head_case_study-gpt2-small",
+                    "07_circuit_validation-ioi-gpt2-small")
+
+
+def paper_models_pass(device: str, quick: bool) -> dict:
+    """The paper-models profile's --fast runs of ``PAPER_MODEL_RUNS`` (``quick``: 01 alone) on a GPT-2 small
+    stand-in, offline, on ``device``: each run's wall time."""
+    from helpers.core.folder_checks import weights_env
+    from helpers.core.stand_ins import write_stand_in
+    from helpers.pipeline import run_pipeline
+
+    runs = list(PAPER_MODEL_RUNS[:1] if quick else PAPER_MODEL_RUNS)
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = write_stand_in("gpt2-small", Path(tmp) / "gpt2-small")
+        saved = {name: os.environ.get(name) for name in (weights_env("gpt2-small"), "HF_HUB_OFFLINE")}
+        os.environ.update({weights_env("gpt2-small"): str(folder), "HF_HUB_OFFLINE": "1"})
+        try:
+            manifest = run_pipeline(ROOT / "notebooks" / "runs.toml", Path(tmp) / "figures", Path(tmp) / "build",
+                                    fast=True, only=runs, profile="paper-models", device=device, log=lambda line: None)
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+    return dict(runs={r["name"]: r["wall_time_s"] for r in manifest["runs"]},
+                devices=sorted({r.get("device") for r in manifest["runs"]}))
+
+
 def guarded(fn) -> dict:
     start = time.perf_counter()
     try:
@@ -242,8 +275,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda", help="cuda (default), or cpu for a dry run of every section")
     parser.add_argument("--out", default="gpu_check.json")
-    parser.add_argument("--sections", nargs="+", default=["env", "tests", "parity", "timings"],
-                        choices=["env", "tests", "parity", "timings"])
+    parser.add_argument("--sections", nargs="+", default=["env", "tests", "parity", "timings", "paper_models"],
+                        choices=["env", "tests", "parity", "timings", "paper_models"])
     parser.add_argument("--quick", action="store_true", help="the smallest sizes (for a dry run)")
     parser.add_argument("--tests-budget-s", type=int, default=240)
     args = parser.parse_args()
@@ -253,7 +286,8 @@ def main() -> int:
     configure(device)
     result: dict = dict(device=device, started=time.strftime("%Y-%m-%d %H:%M:%S"))
     sections = dict(env=lambda: environment(device), tests=lambda: gpu_tests(device, args.tests_budget_s),
-                    parity=lambda: tiny_parity(device), timings=lambda: timings(device, args.quick))
+                    parity=lambda: tiny_parity(device), timings=lambda: timings(device, args.quick),
+                    paper_models=lambda: paper_models_pass(device, args.quick))
     for name in args.sections:
         print(f"gpu_check: {name} …", file=sys.stderr, flush=True)
         result[name] = guarded(sections[name])
