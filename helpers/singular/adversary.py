@@ -175,7 +175,6 @@ def adversarial_kl(evaluator: CircuitEvaluator, circuit: FixedMasks, attack: Att
     climb, report = split_rows(len(evaluator.task), attack.climb_share, attack.seed)
     pool = torch.arange(len(evaluator.task), device="cpu") if climb is None else climb
     rows = []
-    best = best_in_sample = 0.0
     for start in attack.starts:
         generator = torch.Generator().manual_seed(attack.seed)
         m = ({name: torch.zeros_like(v) for name, v in out.items()} if start == "rule"
