@@ -29,6 +29,25 @@ OWN_RUNS = {"paper-models": "paper_models.toml"}
 profile, at its own parameters (and ``--fast`` gives them their notebooks' small sizes, as for ``full``)."""
 
 
+BY_HAND = Path("..") / "figures-mine"
+"""Where a notebook run by hand (in JupyterLab, ``out_dir`` left at None) writes, relative to the notebooks'
+folder, the working directory of their kernels: one folder per run, named as the pipeline names it
+(``run_name``). So the notebooks that read another's results (03, 06 and 07 read notebook 02's circuits, from
+the folder beside their own) read those of your own earlier run, never the reference figures. Git-ignored."""
+
+
+def run_name(notebook: str, model_name: str, task_name: str | None = None) -> str:
+    """A run's name as ``notebooks/runs.toml`` and ``paper_models.toml`` write it: the notebook, its task where
+    it has one, the model (``02_masking-ioi-smollm2-135m``)."""
+    return "-".join([Path(notebook).stem, *([task_name] if task_name else []), model_name])
+
+
+def out_folder(out_dir: str | None, notebook: str, model_name: str, task_name: str | None = None) -> str:
+    """A notebook's ``out_dir``: the one given (the pipeline gives ``figures/<run name>``), else, run by hand,
+    ``BY_HAND/<run name>``."""
+    return str(out_dir) if out_dir else str(BY_HAND / run_name(notebook, model_name, task_name))
+
+
 @dataclass
 class Run:
     name: str

@@ -24,12 +24,14 @@ from pathlib import Path
 import torch
 
 from helpers.core.cache import atomic_file, sha256_file
+from helpers.runs import run_name
 from helpers.singular.augmented import direction_shapes
 from helpers.singular.circuits import kept_by_kind
 from helpers.singular.ledger import PAPER_KEPT
 from helpers.singular.masks import AblationRule, DirectionMasks, FixedMasks
 from helpers.singular.scoring import EVALUATOR_VERSION
 from helpers.singular.training import MaskingRun, masking_prompts
+from helpers.summaries import SUMMARY_FILE
 
 FILE_FORMAT = "singular-direction-circuit"
 FORMAT_VERSION = 1
@@ -213,10 +215,23 @@ def circuit_path(folder: str | Path, label: str) -> Path:
     return Path(folder) / f"{label}.safetensors"
 
 
-def default_circuit(task_name: str, model_name: str, figures: str | Path = "../figures") -> Path:
+def masking_run_folder(runs: str | Path, task_name: str, model_name: str) -> Path:
+    """Notebook 02's run on ``task_name`` and ``model_name`` among ``runs``, the folder that holds the reading
+    notebook's own run (``figures/`` in the pipeline, ``figures-mine/`` by hand: ``helpers.runs.BY_HAND``).
+    Refuses a run that is not there (or did not finish), naming how to make it."""
+    folder = Path(runs) / run_name("02_masking.ipynb", model_name, task_name)
+    if not (folder / SUMMARY_FILE).is_file():
+        raise FileNotFoundError(
+            f"no finished notebook 02 run for task_name={task_name!r}, model_name={model_name!r} in {folder}: run "
+            f"notebooks/02_masking.ipynb first with those parameters (by hand, with out_dir = None, it writes "
+            f"there), or name another run's circuit file or folder in this notebook's parameters")
+    return folder
+
+
+def default_circuit(task_name: str, model_name: str, runs: str | Path) -> Path:
     """The circuit notebooks 03 and 06 read unless told otherwise: notebook 02's default run (our recipe at the
-    declared α) on ``task_name`` and ``model_name``, where the figure pipeline writes it."""
-    return circuit_path(Path(figures) / f"02_masking-{task_name}-{model_name}" / "circuits",
+    declared α) on ``task_name`` and ``model_name``, beside the reading run (``masking_run_folder``)."""
+    return circuit_path(masking_run_folder(runs, task_name, model_name) / "circuits",
                         circuit_label(task_name, "ours", MaskingRun().alpha))
 
 

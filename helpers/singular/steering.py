@@ -118,13 +118,26 @@ def direction_preview(masked: MaskedModel, tokens: torch.Tensor, layer: int, hea
     return dict(before=decode(before), after=decode(after), promotes=top_tokens(masked.model, v, k)["promotes"])
 
 
-def explorer(masked: MaskedModel, prompts: list[str]):
+def prompts_to_flip(task, pronoun: int, n: int = 20) -> list[str]:
+    """The first ``n`` prompts of ``task`` whose answer is not the token ``pronoun``: the prompts that steering
+    toward ``pronoun`` (a receptor active for it) can flip, for the explorer to open on."""
+    return [prompt for prompt, answer in zip(task.prompts, task.correct.tolist()) if answer != pronoun][:n]
+
+
+def explorer(masked: MaskedModel, prompts: list[str], start=None):
     """ipywidgets explorer (layer, head, direction, scale, prompt → prediction and top tokens). Call it only
-    where a person is looking: papermill runs skip it."""
+    where a person is looking: papermill runs skip it. ``start``: the direction it opens on, anything with
+    ``layer``, ``head`` and ``direction`` (notebook 06 gives its strongest receptor); None: L0.H0, direction 0.
+    The scale is the coefficient added along the direction, ±20."""
     import ipywidgets as widgets
 
     model = masked.model
     r = masked.bases[0].ov_V.shape[-1]
+    at = {key: 0 if start is None else int(start[key]) for key in ("layer", "head", "direction")}
+    ends = {"layer": model.n_layers - 1, "head": model.n_heads - 1, "direction": r - 1}
+    outside = {key: value for key, value in at.items() if not 0 <= value <= ends[key]}
+    if outside:
+        raise ValueError(f"start {outside} is outside this model's range {ends}: give a direction of this model")
 
     def show(prompt, layer, head, direction, scale):
         preview = direction_preview(masked, model.to_tokens([prompt]), layer, head, direction, scale)
@@ -133,5 +146,5 @@ def explorer(masked: MaskedModel, prompts: list[str]):
             print(f"  {key:>8}: {' | '.join(repr(v) for v in values)}")
     return widgets.interactive(
         show, prompt=widgets.Dropdown(options=prompts),
-        layer=widgets.IntSlider(0, 0, model.n_layers - 1), head=widgets.IntSlider(0, 0, model.n_heads - 1),
-        direction=widgets.IntSlider(0, 0, r - 1), scale=widgets.FloatSlider(value=0.0, min=-20, max=20, step=0.5))
+        **{key: widgets.IntSlider(at[key], 0, ends[key]) for key in ("layer", "head", "direction")},
+        scale=widgets.FloatSlider(value=0.0, min=-20, max=20, step=0.5))

@@ -1,6 +1,6 @@
 """Notebook 06's explorer, rendered in a real browser: JupyterLab serves the notebook, headless Chromium
-(Debian's, driven by Playwright) runs it, the sliders render, and moving the scale changes what the
-explorer prints. Its screenshot is docs/explorer.png (``SAVE_EXPLORER_SCREENSHOT=1`` rewrites it).
+(Debian's, driven by Playwright) runs it, the sliders render, and moving the scale along the strongest
+receptor flips the pronoun the explorer prints. Its screenshot is docs/explorer.png (``SAVE_EXPLORER_SCREENSHOT=1`` rewrites it).
 
 Needs the `chromium` package (``make test`` installs it on Debian, see the Makefile); a missing browser
 fails the test with what to install, it never skips."""
@@ -26,10 +26,12 @@ pytestmark = pytest.mark.slow
 
 def prepared_notebook(folder: Path) -> Path:
     """Notebook 06 with its parameters set as a person exploring would: the embedded model, the committed
-    gender circuit, the explorer on; CI sizes so that it runs in about a minute."""
+    gender circuit, the explorer on; the reference run's prompts, so that the explorer opens on its strongest
+    receptor (L26.H2, OV direction 2) and a prompt it flips, with one steering scale and one random control so
+    that it runs in about a minute."""
     notebook = load_notebook_node(str(ROOT / "notebooks" / "06_steering.ipynb"))
     circuit = ROOT / "figures" / "02_masking-gender-smollm2-135m" / "circuits" / "gender-ours-alpha0.000195.safetensors"
-    notebook = parameterize_notebook(notebook, dict(model_name="smollm2-135m", fast=True, interactive=True,
+    notebook = parameterize_notebook(notebook, dict(model_name="smollm2-135m", scales=[1], n_random=1, interactive=True,
                                                     circuit=str(circuit), out_dir=str(folder / "out")))
     path = folder / "06_steering.ipynb"
     nbformat.write(notebook, path)
@@ -83,7 +85,7 @@ def test_the_explorer_renders_and_moving_the_scale_changes_its_output(tmp_path, 
     prepared_notebook(tmp_path)
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
-        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page = browser.new_page(viewport={"width": 1280, "height": 900}, device_scale_factor=2)  # a screenshot for slides
         try:
             open_lab(page, f"{url}/lab/tree/06_steering.ipynb", server, time.time() + 90)
             page.locator(".jp-Notebook").first.wait_for(timeout=90_000)
@@ -106,11 +108,14 @@ def test_the_explorer_renders_and_moving_the_scale_changes_its_output(tmp_path, 
             readout = sliders.nth(3).locator(".widget-readout")
             readout.click()
             page.keyboard.press("Control+A")
-            page.keyboard.type("8")
+            page.keyboard.type("10")  # on the full run's strongest receptor (L26.H2, OV 2), flips he to she
             page.keyboard.press("Enter")
-            expect(printed).to_contain_text("scale +8.0", timeout=60_000)
+            expect(printed).to_contain_text("scale +10.0", timeout=60_000)
             after = printed.inner_text()
             assert after != before
+            top = {line.split(":")[0].strip(): line.split(":")[1].split("|")[0].strip()
+                   for line in after.splitlines() if line.strip().startswith(("before:", "after:"))}
+            assert top["after"] != top["before"], f"the receptor at +10 flips the first prompt's answer:\n{after}"
             explorer = page.locator(".widget-interact").first
             explorer.scroll_into_view_if_needed()
             shot = tmp_path / "explorer.png"

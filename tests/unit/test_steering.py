@@ -7,7 +7,7 @@ import torch
 from helpers.singular.masks import MaskedModel
 from helpers.singular.receptors import answer_ov_coefficients, ov_write_directions
 from helpers.singular.steering import (DIRECT_HOOK, additions_at, direction_preview, dose_response, equal_norm_random,
-                              explorer, layer_hook, outcome, receptor_shifts, steered_final_logits)
+                              explorer, layer_hook, outcome, prompts_to_flip, receptor_shifts, steered_final_logits)
 from helpers.singular.tasks import gender_task
 from tests.conftest import cached_model
 
@@ -109,3 +109,26 @@ def test_preview_at_scale_zero_changes_nothing_and_the_explorer_builds():
     assert moved["after"][0] in moved["promotes"]  # a huge write along v_k wins the top token
     widget = explorer(masked, task.prompts[:2])
     assert widget.children[1].max == model.n_layers - 1 and widget.children[2].max == model.n_heads - 1
+
+
+def test_the_explorer_opens_on_the_direction_it_is_given_and_refuses_one_outside_the_model():
+    model, masked, task = setup()
+    widget = explorer(masked, task.prompts[:2], start={"layer": 1, "head": 1, "direction": 2})
+    layer, head, direction, scale = (widget.children[i] for i in range(1, 5))
+    assert (layer.value, head.value, direction.value) == (1, 1, 2)
+    assert scale.value == 0.0
+    assert explorer(masked, task.prompts[:2]).children[1].value == 0
+    with pytest.raises(ValueError, match=r"'head': 99"):
+        explorer(masked, task.prompts[:2], start={"layer": 0, "head": 99, "direction": 0})
+    with pytest.raises(ValueError, match=r"'layer': -1"):
+        explorer(masked, task.prompts[:2], start={"layer": -1, "head": 0, "direction": 0})
+
+
+def test_prompts_to_flip_are_those_whose_answer_is_not_the_receptors_pronoun_in_order():
+    model, masked, task = setup(n=8)
+    pronoun = int(task.correct[0])
+    flippable = prompts_to_flip(task, pronoun, n=3)
+    others = [p for p, a in zip(task.prompts, task.correct.tolist()) if a != pronoun]
+    assert others and flippable == others[:3]
+    assert all(task.correct[task.prompts.index(p)] != pronoun for p in flippable)
+    assert prompts_to_flip(task, -1, n=100) == task.prompts  # no answer is token -1: every prompt
