@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 from helpers import paper_models
-from helpers.claims import (DECIDED, NOT_TESTABLE, PAPER_BUDGET_SWEEP, RULES_FILE, UNINFORMATIVE, Claim, all_claims,
-                            load_rules, table_cell)
+from helpers.claims import (DECIDED, NOT_TESTABLE, PAPER_BUDGET_SWEEP, RULES_FILE, UNINFORMATIVE, VALIDATION_RUNS, Claim,
+                            all_claims, load_rules, table_cell)
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFEST = ROOT / "figures" / "manifest.json"
@@ -224,8 +224,7 @@ def circuit_checks(summaries: dict) -> str:
     for task, name in VALIDATION_TASKS:
         run = _validation_run(summaries, task)
         if run is None:
-            lines.append(f"- **{name}:** not run yet (`python -m helpers.pipeline --only "
-                         f"07_circuit_validation-{task}-smollm2-135m`).")
+            lines.append(f"- **{name}:** not run yet (`python -m helpers.pipeline --only {VALIDATION_RUNS[task]}`).")
         else:
             lines.append(f"- **{name}:** {verdict_line(summaries[run], rejudged(summaries, run))}. "
                          f"Shown in {_run_link(run)}.")

@@ -1,6 +1,7 @@
 """Notebook 06's explorer, rendered in a real browser: JupyterLab serves the notebook, headless Chromium
 (Debian's, driven by Playwright) runs it, the sliders render, and moving the scale along the strongest
-receptor flips the pronoun the explorer prints. Its screenshot is docs/explorer.png (``SAVE_EXPLORER_SCREENSHOT=1`` rewrites it).
+receptor flips the pronoun the explorer prints. Its screenshot is docs/explorer.png
+(``SAVE_EXPLORER_SCREENSHOT=1`` rewrites it).
 
 Needs the `chromium` package (``make test`` installs it on Debian, see the Makefile); a missing browser
 fails the test with what to install, it never skips."""
@@ -77,7 +78,7 @@ def open_lab(page, url: str, server, deadline: float):
             time.sleep(1)
 
 
-def test_the_explorer_renders_and_moving_the_scale_changes_its_output(tmp_path, jupyter_lab):
+def test_the_explorer_renders_and_moving_the_scale_along_its_receptor_flips_the_pronoun(tmp_path, jupyter_lab):
     from playwright.sync_api import expect, sync_playwright
 
     major = chromium_version()
@@ -113,8 +114,9 @@ def test_the_explorer_renders_and_moving_the_scale_changes_its_output(tmp_path, 
             expect(printed).to_contain_text("scale +10.0", timeout=60_000)
             after = printed.inner_text()
             assert after != before
-            top = {line.split(":")[0].strip(): line.split(":")[1].split("|")[0].strip()
-                   for line in after.splitlines() if line.strip().startswith(("before:", "after:"))}
+            top = {key.strip(): tokens.split("|")[0].strip()  # partition at the first ": ": a token may hold ":"
+                   for key, _, tokens in (line.partition(": ") for line in after.splitlines())
+                   if key.strip() in ("before", "after")}
             assert top["after"] != top["before"], f"the receptor at +10 flips the first prompt's answer:\n{after}"
             explorer = page.locator(".widget-interact").first
             explorer.scroll_into_view_if_needed()

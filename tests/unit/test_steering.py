@@ -118,6 +118,11 @@ def test_the_explorer_opens_on_the_direction_it_is_given_and_refuses_one_outside
     assert (layer.value, head.value, direction.value) == (1, 1, 2)
     assert scale.value == 0.0
     assert explorer(masked, task.prompts[:2]).children[1].value == 0
+    last = {"layer": model.n_layers - 1, "head": model.n_heads - 1, "direction": masked.bases[0].ov_V.shape[-1] - 1}
+    assert [w.value for w in explorer(masked, task.prompts[:2], start=last).children[1:4]] == list(last.values())
+    for key in last:  # one past the end of each slider is refused
+        with pytest.raises(ValueError, match=rf"'{key}': {last[key] + 1}"):
+            explorer(masked, task.prompts[:2], start={**last, key: last[key] + 1})
     with pytest.raises(ValueError, match=r"'head': 99"):
         explorer(masked, task.prompts[:2], start={"layer": 0, "head": 99, "direction": 0})
     with pytest.raises(ValueError, match=r"'layer': -1"):
