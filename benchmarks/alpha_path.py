@@ -21,7 +21,7 @@ import pandas as pd
 import torch
 
 from helpers.core.models import load_model
-from helpers.pipeline import declared_parameters
+from helpers.pipeline.scheduler import declared_parameters
 from helpers.singular.alpha_path import WARM_TOLERANCE, path_comparison, warm_alpha_path
 from helpers.singular.circuits import CircuitEvaluator, point_at_kl
 from helpers.singular.masks import MaskedModel

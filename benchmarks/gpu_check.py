@@ -90,7 +90,7 @@ def reset_peak(device: str) -> None:
 
 def environment(device: str) -> dict:
     from helpers.core.device import numerics
-    from helpers.pipeline import package_versions
+    from helpers.pipeline.scheduler import package_versions
 
     smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
                          capture_output=True, text=True) if device.startswith("cuda") else None
@@ -117,7 +117,7 @@ def _compare_tool():
 
 def tiny_parity(device: str) -> dict:
     """The tiny-model fast pipeline on the CPU and on ``device``, summaries compared under the tolerances."""
-    from helpers.pipeline import run_pipeline
+    from helpers.pipeline.scheduler import run_pipeline
 
     tool = _compare_tool()
     rules = tool.load_tolerances(ROOT / "data" / "device_tolerance.toml")
@@ -241,7 +241,7 @@ def paper_models_pass(device: str, quick: bool) -> dict:
     stand-in, offline, on ``device``: each run's wall time."""
     from helpers.core.folder_checks import weights_env
     from helpers.core.stand_ins import write_stand_in
-    from helpers.pipeline import run_pipeline
+    from helpers.pipeline.scheduler import run_pipeline
 
     runs = list(PAPER_MODEL_RUNS[:1] if quick else PAPER_MODEL_RUNS)
     with tempfile.TemporaryDirectory() as tmp:

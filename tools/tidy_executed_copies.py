@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from helpers.notebook_job import EXECUTED_NOTEBOOK, write_readable_copy
+from helpers.pipeline.notebook_job import EXECUTED_NOTEBOOK, write_readable_copy
 
 
 def tidy(folder: Path) -> list[Path]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 
-from helpers.claims import PAPER_BUDGET_SWEEP, RUNS, TASK_NAMES, load_rules
+from helpers.results.claims import PAPER_BUDGET_SWEEP, RUNS, TASK_NAMES, load_rules
 
 SLIDE = (12.8, 7.2)  # inches: 1280 × 720 pixels at 100 dpi
 SLIDE_FONT = {"font.size": 16, "axes.titlesize": 20, "axes.labelsize": 16, "xtick.labelsize": 15,

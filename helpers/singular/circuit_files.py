@@ -24,14 +24,14 @@ from pathlib import Path
 import torch
 
 from helpers.core.cache import atomic_file, sha256_file
-from helpers.runs import run_name
+from helpers.pipeline.runs import run_name
 from helpers.singular.augmented import direction_shapes
 from helpers.singular.circuits import kept_by_kind
 from helpers.singular.ledger import PAPER_KEPT
 from helpers.singular.masks import AblationRule, DirectionMasks, FixedMasks
 from helpers.singular.scoring import EVALUATOR_VERSION
 from helpers.singular.training import MaskingRun, masking_prompts
-from helpers.summaries import SUMMARY_FILE
+from helpers.pipeline.summaries import SUMMARY_FILE
 
 FILE_FORMAT = "singular-direction-circuit"
 FORMAT_VERSION = 1
@@ -217,7 +217,7 @@ def circuit_path(folder: str | Path, label: str) -> Path:
 
 def masking_run_folder(runs: str | Path, task_name: str, model_name: str) -> Path:
     """Notebook 02's run on ``task_name`` and ``model_name`` among ``runs``, the folder that holds the reading
-    notebook's own run (``figures/`` in the pipeline, ``figures-mine/`` by hand: ``helpers.runs.BY_HAND``).
+    notebook's own run (``figures/`` in the pipeline, ``figures-mine/`` by hand: ``helpers.pipeline.runs.BY_HAND``).
     Refuses a run that is not there (or did not finish), naming how to make it."""
     folder = Path(runs) / run_name("02_masking.ipynb", model_name, task_name)
     if not (folder / SUMMARY_FILE).is_file():

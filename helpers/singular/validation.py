@@ -118,9 +118,9 @@ def matched_overlaps(seed_masks: dict, nonsense_masks: dict, k: int) -> list[dic
     """Every overlap the matched-size rule reads, each circuit cut to its own ``k`` top-ranked directions (largest
     mask logits first, ``binarise_top``; k: the task circuit's count): every pair of seeds, then the first seed's
     against each nonsense circuit. Each row: the Jaccard, its chance level, and the overlap corrected for chance
-    (``helpers.feasibility.corrected_overlap``: 0 at chance, 1 for the same set). Empty when the task circuit
+    (``helpers.core.feasibility.corrected_overlap``: 0 at chance, 1 for the same set). Empty when the task circuit
     keeps every direction or none: two such sets overlap exactly as chance says, and there is nothing to judge."""
-    from helpers.feasibility import chance_jaccard, corrected_overlap
+    from helpers.core.feasibility import chance_jaccard, corrected_overlap
 
     if not 0 < k < next(iter(seed_masks.values())).count():
         return []
@@ -355,12 +355,12 @@ def judged(attack_table: pd.DataFrame, seeds: pd.DataFrame, jaccards: list[dict]
     task circuit is task-specific (None without nonsense controls or a second seed); whether the trained
     weights matter to its kept fraction (None without a weight control whose training reached the bound, or
     without a task circuit within it). Beside each of the last two, whether both of its outcomes were
-    reachable at these sizes (``helpers.feasibility``; ``total``: the directions of the model). With ``matched``
+    reachable at these sizes (``helpers.core.feasibility``; ``total``: the directions of the model). With ``matched``
     (``matched_overlaps``), task-specificity also at matched size and corrected for chance
     (``specific_at_matched_size``), the rule that supersedes the size-blind one. With ``nested``
     (``attack_nested_circuits``), the attack's ``calibration``.
     ``rules``: ``load_attack_rules``, with any overrides of the attack."""
-    from helpers.feasibility import matched_specificity_reach, specificity_reach, weights_reach
+    from helpers.core.feasibility import matched_specificity_reach, specificity_reach, weights_reach
 
     circuits = attack_table[attack_table["circuit"] == "circuit"]
     seed_jaccards = [j["jaccard"] for j in jaccards]
@@ -472,7 +472,7 @@ def _weights_words(v: dict, summary: dict) -> str:
 def verdict_line(summary: dict, verdicts: dict | None = None) -> str:
     """One sentence per task for the results page: does its circuit survive the adversary, is it task-specific,
     do the trained weights matter (``verdicts``: ``judged_from_summary``'s, by default the summary's own)."""
-    from helpers.feasibility import chance_jaccard
+    from helpers.core.feasibility import chance_jaccard
 
     v = verdicts or summary["verdicts"]
     calibrated = v.get("attack_calibration")

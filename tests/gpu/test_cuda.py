@@ -158,7 +158,7 @@ def test_masks_trained_on_cuda_get_their_own_key_and_load_on_the_cpu(tmp_path, m
 
 
 def test_the_pipeline_fingerprint_differs_between_the_cpu_and_cuda():
-    from helpers.pipeline import environment_record
+    from helpers.pipeline.fingerprints import environment_record
 
     cpu, cuda = environment_record(2, "cpu"), environment_record(2, "cuda")
     assert json.dumps(cpu, sort_keys=True) != json.dumps(cuda, sort_keys=True)

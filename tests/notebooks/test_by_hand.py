@@ -1,6 +1,6 @@
 """The notebooks as a student runs them in JupyterLab: no pipeline, ``out_dir`` left at its default, the
 kernel's working directory the notebooks' folder. Notebook 07 must attack the circuit that the student's own
-notebook 02 wrote, not the reference run's in figures/ (helpers.runs.BY_HAND).
+notebook 02 wrote, not the reference run's in figures/ (helpers.pipeline.runs.BY_HAND).
 
 CI sizes (``fast``, one α, a one-step attack, no controls: the path is what is tested, in as little time as
 CI allows); the workshop's sizes take the same path with the parameters ``profile = "workshop"`` chooses."""

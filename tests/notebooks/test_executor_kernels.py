@@ -8,11 +8,11 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from helpers.executors import LocalExecutor, SerialExecutor, SlurmExecutor
-from helpers.notebook_job import NotebookJob, run_job
-from helpers.pipeline import run_pipeline
-from helpers.runs import PipelineError
-from helpers.summaries import SUMMARY_FILE
+from helpers.pipeline.executors import LocalExecutor, SerialExecutor, SlurmExecutor
+from helpers.pipeline.notebook_job import NotebookJob, run_job
+from helpers.pipeline.scheduler import run_pipeline
+from helpers.pipeline.runs import PipelineError
+from helpers.pipeline.summaries import SUMMARY_FILE
 
 TIMES = ("started", "ended", "pid", "torch_threads")  # what differs between placements, by design
 
@@ -26,7 +26,7 @@ def notebook(folder: Path) -> Path:
     nb.cells = [params,
                 nbformat.v4.new_code_cell("import os, time\nimport matplotlib.pyplot as plt\nimport torch\n"
                                           "from helpers.figures.style import save_figure\n"
-                                          "from helpers.summaries import write_summary\nstarted = time.time()\n"
+                                          "from helpers.pipeline.summaries import write_summary\nstarted = time.time()\n"
                                           "print(f'tiny notebook x={x} running')"),
                 nbformat.v4.new_code_cell("if die:  # as if the job were killed: its process goes, mid-run\n"
                                           "    os.kill(os.getppid(), 9)\n    os._exit(1)\ntime.sleep(wait)"),

@@ -8,9 +8,10 @@ import pytest
 
 from helpers.core.models import STAND_IN_WORDS, load_model
 from helpers.core.stand_ins import write_stand_in
-from helpers.paper_models import PAPER_MODELS, real_summaries
-from helpers.pipeline import load_runs, run_pipeline
-from helpers.runs import OWN_RUNS
+from helpers.results.paper_models import PAPER_MODELS, real_summaries
+from helpers.pipeline.runs import load_runs
+from helpers.pipeline.scheduler import run_pipeline
+from helpers.pipeline.runs import OWN_RUNS
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 GEMMA_LAYERS = 2  # its 01 computes 161 s of SVDs per layer on 2 cores: 2 of 26 keep the test near 45 min

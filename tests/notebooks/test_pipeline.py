@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers.pipeline import PipelineError, load_runs, run_pipeline
+from helpers.pipeline.runs import PipelineError, load_runs
+from helpers.pipeline.scheduler import run_pipeline
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 
@@ -89,7 +90,7 @@ def test_the_paper_models_profile_refuses_without_weights_naming_how_to_get_them
 
 
 def test_the_paper_models_profile_declares_the_issues_runs_on_the_papers_models():
-    from helpers.runs import OWN_RUNS
+    from helpers.pipeline.runs import OWN_RUNS
 
     runs = load_runs(NOTEBOOKS / OWN_RUNS["paper-models"])
     by_model = {}
@@ -129,7 +130,7 @@ def tiny_notebook(folder: Path, body: str = "") -> Path:
     params.metadata["tags"] = ["parameters"]
     nb.cells = [nbformat.v4.new_markdown_cell("# tiny"), params,
                 nbformat.v4.new_code_cell("import matplotlib.pyplot as plt\nfrom helpers.figures.style import save_figure\n"
-                                          "from helpers.summaries import write_summary" + body),
+                                          "from helpers.pipeline.summaries import write_summary" + body),
                 nbformat.v4.new_markdown_cell("a note"),
                 nbformat.v4.new_code_cell("if fail:\n    raise ValueError('asked to fail')\n"
                                           "import time; time.sleep(wait)"),
@@ -225,7 +226,7 @@ def test_a_mistyped_parameter_is_refused_before_anything_runs(tmp_path, paramete
 
 
 def test_declared_parameters_of_every_notebook_accept_their_runs():
-    from helpers.pipeline import check_parameters
+    from helpers.pipeline.scheduler import check_parameters
 
     for run in load_runs(NOTEBOOKS / "runs.toml"):
         for fast in (False, True):
@@ -267,7 +268,8 @@ def test_a_run_is_reused_only_while_every_input_is_unchanged(tmp_path):
 
 
 def test_the_fingerprint_covers_imported_helpers_packages_and_upstream_results(tmp_path):
-    from helpers.pipeline import PACKAGE_ROOT, Run, environment_record, fingerprint, helper_modules
+    from helpers.pipeline.fingerprints import PACKAGE_ROOT, environment_record, fingerprint, helper_modules
+    from helpers.pipeline.runs import Run
 
     root = tmp_path / "helpers"
     shutil.copytree(PACKAGE_ROOT, root, ignore=shutil.ignore_patterns("__pycache__"))
@@ -374,7 +376,7 @@ def test_summary_values_are_rounded_once_for_every_notebook():
     import pandas as pd
     import torch
 
-    from helpers.summaries import summary_value
+    from helpers.pipeline.summaries import summary_value
 
     table = pd.DataFrame({"kl": [0.123456789, float("nan")], "n": [1, 2]})
     out = summary_value({"alpha": 1.95e-4, "tiny": 0.000123456, "kl": 0.2123456, "big": 12345.678912,
@@ -418,7 +420,7 @@ TINY_CIRCUIT_RUNS = ["02_masking-ioi-tiny-llama", "02_masking-gender-tiny-llama"
 @pytest.mark.slow
 def test_notebook_02_writes_circuit_files_that_03_06_07_and_the_evaluator_read(tmp_path):
     """With and without the ledger (the gender run: ``run_ledger = false``, as in the workshop profile)."""
-    from helpers.evaluate import evaluate_file
+    from helpers.singular.circuit_evaluation import evaluate_file
 
     folder = tmp_path / "notebooks"
     folder.mkdir()
@@ -479,8 +481,9 @@ def test_notebook_kernels_run_quietly_over_unix_sockets_and_leave_no_socket_fold
 
 def test_the_resolved_device_reaches_notebooks_that_declare_one_and_enters_the_fingerprint(tmp_path, monkeypatch):
     import helpers.core.device as devices
-    from helpers.executors import SerialExecutor
-    from helpers.pipeline import environment_record, run_device, run_parameters
+    from helpers.pipeline.executors import SerialExecutor
+    from helpers.pipeline.fingerprints import environment_record
+    from helpers.pipeline.scheduler import run_device, run_parameters
 
     runs = load_runs(NOTEBOOKS / "runs.toml")
     declared = next(r for r in runs if r.notebook == "02_masking.ipynb")
@@ -505,10 +508,10 @@ def _write(path: Path, text: str) -> Path:
 
 
 def test_a_run_that_computed_on_another_device_than_its_fingerprint_says_is_not_recorded(tmp_path, monkeypatch):
-    import helpers.pipeline as pipeline
+    import helpers.pipeline.scheduler as scheduler
 
     runs, kwargs = tiny_runs(tmp_path, ONE_RUN.format(""))
-    monkeypatch.setattr(pipeline, "run_device", lambda device, executor: ("cuda", "test nodes"))
+    monkeypatch.setattr(scheduler, "run_device", lambda device, executor: ("cuda", "test nodes"))
     with pytest.raises(PipelineError, match=r"run 't' computed on 'cpu', but its fingerprint assumed 'cuda'"):
         run_pipeline(runs, log=print, **kwargs)
     manifest = json.loads((tmp_path / "figures" / "manifest.json").read_text()) if \

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from helpers import evaluate
+from helpers.singular import circuit_evaluation
 from helpers.core.models import load_model
 from helpers.singular.circuit_files import (CircuitFileError, circuit_prompts, load_circuit, make_circuit,
                                             save_circuit)
@@ -161,12 +162,12 @@ def test_random_scores_are_a_seeded_ranking_of_the_same_shapes():
 def test_evaluator_command_scores_a_file_on_fresh_prompts(tmp_path, capsys):
     model, _, _, circuit, train, held_out = trained_circuit()
     path = save_circuit(circuit, tmp_path / "c.safetensors")
-    result = evaluate.evaluate_file(path, n_prompts=16, control_seeds=1, percents=(1, 10, 100), model=model)
+    result = circuit_evaluation.evaluate_file(path, n_prompts=16, control_seeds=1, percents=(1, 10, 100), model=model)
     assert result["seed"] == RUN.seed + 1 and result["n_prompts"] + result["removed_as_seen"] == 16
     assert result["curve"]["faithfulness"].iloc[-1] == 1.0
     assert list(result["areas"]["ranking"]) == ["circuit (signed)", "random (mean of 1)"]
     with pytest.raises(ValueError, match="not fresh"):
-        evaluate.evaluate_file(path, n_prompts=16, seed=RUN.seed, model=model)
+        circuit_evaluation.evaluate_file(path, n_prompts=16, seed=RUN.seed, model=model)
     assert evaluate.main([str(path), "--prompts", "12", "--control-seeds", "1", "--json", str(tmp_path / "r.json")]) == 0
     out = capsys.readouterr().out
     assert "cpr_linear" in out and "cmd_log" in out and "not comparable with MIB" in out
@@ -176,13 +177,13 @@ def test_evaluator_command_scores_a_file_on_fresh_prompts(tmp_path, capsys):
 
 def test_fresh_prompts_leave_out_every_prompt_of_the_circuits_run(monkeypatch):
     model, _, _, circuit, train, held_out = trained_circuit()
-    prompts, removed = evaluate.fresh_prompts(circuit, model, 100, seed=5)
+    prompts, removed = circuit_evaluation.fresh_prompts(circuit, model, 100, seed=5)
     assert not set(prompts.prompts) & (set(train.prompts) | set(held_out.prompts))
     assert len(prompts) + removed == 100
-    real = evaluate.make_task  # a generator that draws exactly the run's own prompts: all must go
-    monkeypatch.setattr(evaluate, "make_task", lambda name, model, n, seed: real(name, model, n, seed=RUN.seed))
+    real = circuit_evaluation.make_task  # a generator that draws exactly the run's own prompts: all must go
+    monkeypatch.setattr(circuit_evaluation, "make_task", lambda name, model, n, seed: real(name, model, n, seed=RUN.seed))
     with pytest.raises(ValueError, match="occur in the circuit's own run"):
-        evaluate.fresh_prompts(circuit, model, RUN.n_prompts, seed=5)
+        circuit_evaluation.fresh_prompts(circuit, model, RUN.n_prompts, seed=5)
 
 
 def test_receptors_are_marked_in_or_out_of_the_circuit_against_its_base_rate():
@@ -208,7 +209,7 @@ def test_the_evaluator_attacks_a_circuit_file_when_asked_and_records_the_attacks
     rules = tmp_path / "attack.toml"
     rules.write_text(ATTACK_RULES.read_text().replace("checkpoints = [20, 40, 80, 160]", "checkpoints = [2, 4]")
                      .replace("stochastic_draws = 8", "stochastic_draws = 2"))
-    result = evaluate.evaluate_file(path, n_prompts=16, control_seeds=1, percents=(1, 100), model=model,
+    result = circuit_evaluation.evaluate_file(path, n_prompts=16, control_seeds=1, percents=(1, 100), model=model,
                                     adversarial=True, attack_rules=rules)
     attack = result["attack"]
     assert attack["settings"]["checkpoints"] == (2, 4) and attack["bound"] == 0.21
@@ -219,10 +220,10 @@ def test_the_evaluator_attacks_a_circuit_file_when_asked_and_records_the_attacks
     assert (first["kl"] + first["kl_in_sample"]) / 2 == pytest.approx(result["circuit"]["kl"], rel=1e-5)
     assert attack["settings"]["climb_share"] == 0.5 and attack["best_kl"] == attack["curve"]["best"].max()
     assert attack["survives"] == (attack["best_kl"] <= 0.21)
-    assert "survive the adversary" in evaluate.report(result) or "survives the adversary" in evaluate.report(result)
-    assert "attack" not in evaluate.evaluate_file(path, n_prompts=16, control_seeds=1, percents=(1, 100), model=model)
+    assert "survive the adversary" in circuit_evaluation.report(result) or "survives the adversary" in circuit_evaluation.report(result)
+    assert "attack" not in circuit_evaluation.evaluate_file(path, n_prompts=16, control_seeds=1, percents=(1, 100), model=model)
 
 
 def test_the_evaluators_printed_numbers_never_read_minus_zero():
-    assert evaluate._four(-0.00004) == "0.0000" and evaluate._four(-0.0) == "0.0000"  # a KL of -4e-5 from rounding
-    assert evaluate._four(-0.0001) == "-0.0001" and evaluate._four(0.12346) == "0.1235"
+    assert circuit_evaluation._four(-0.00004) == "0.0000" and circuit_evaluation._four(-0.0) == "0.0000"  # a KL of -4e-5 from rounding
+    assert circuit_evaluation._four(-0.0001) == "-0.0001" and circuit_evaluation._four(0.12346) == "0.1235"

@@ -2,7 +2,7 @@
 from hand-built summaries."""
 import pytest
 
-from helpers import claims as C
+from helpers.results import claims as C
 
 RULES = C.load_rules()
 
@@ -168,7 +168,7 @@ def test_the_next_sparser_circuit_is_found_by_counts_not_rounded_fractions():
 
 # --- no finding written by hand ---------------------------------------------------------------------------
 
-PROSE_MODULES = ("helpers/claims.py", "helpers/conclusions.py", "helpers/reproduction.py", "helpers/feasibility.py",
+PROSE_MODULES = ("helpers/results/claims.py", "helpers/results/conclusions.py", "helpers/results/documents.py", "helpers/core/feasibility.py",
                  "helpers/singular/validation.py")
 PAPER_QUOTES = {  # numbers that name something, not findings: a head's name, a citation, a claim as the paper words it
     "9.6": "head 9.6, the paper's case-study head",

@@ -5,8 +5,8 @@ from math import comb
 
 import pytest
 
-from helpers import conclusions
-from helpers.reproduction import ROOT
+from helpers.results import conclusions
+from helpers.results.documents import ROOT
 
 MANIFEST = json.loads((ROOT / "figures" / "manifest.json").read_text(encoding="utf-8"))
 SUMMARIES = {run["name"]: run["summary"] for run in MANIFEST["runs"]}

@@ -1,4 +1,4 @@
-"""Placement (helpers.executors) and the driver's release of runs, with a fake executor: no kernels."""
+"""Placement (helpers.pipeline.executors) and the driver's release of runs, with a fake executor: no kernels."""
 import concurrent.futures
 import json
 import tempfile
@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from helpers import pipeline
-from helpers.executors import LocalExecutor, make_executor, slurm_timeout_min
-from helpers.notebook_job import JobOutcome
-from helpers.runs import PipelineError
-from helpers.summaries import SUMMARY_FILE
+from helpers.pipeline import scheduler
+from helpers.pipeline.executors import LocalExecutor, make_executor, slurm_timeout_min
+from helpers.pipeline.notebook_job import JobOutcome
+from helpers.pipeline.runs import PipelineError
+from helpers.pipeline.summaries import SUMMARY_FILE
 
 NOTEBOOK = {"cells": [{"cell_type": "code", "execution_count": None, "id": "p", "metadata": {"tags": ["parameters"]},
                        "outputs": [], "source": 'model_name = "tiny-llama"\nx = 1\nfast = False\nout_dir = "."'}],
@@ -90,7 +90,7 @@ after = ["b", "c"]
 def test_a_run_starts_only_after_every_run_it_reads_and_the_driver_installs_each_result(tmp_path):
     path, kwargs = runs(tmp_path, GRAPH)
     fake = FakeExecutor(capacity=2)
-    manifest = pipeline.run_pipeline(path, executor=fake, **kwargs)
+    manifest = scheduler.run_pipeline(path, executor=fake, **kwargs)
     events = fake.log
     for run, reads in (("c", ["a"]), ("d", ["b", "c"])):
         started = events.index(("submit", run))
@@ -106,13 +106,13 @@ def test_a_run_starts_only_after_every_run_it_reads_and_the_driver_installs_each
 
 def test_a_second_pass_reuses_every_run_and_a_changed_upstream_reruns_its_readers_only(tmp_path):
     path, kwargs = runs(tmp_path, GRAPH)
-    pipeline.run_pipeline(path, executor=FakeExecutor(), **kwargs)
+    scheduler.run_pipeline(path, executor=FakeExecutor(), **kwargs)
     again = FakeExecutor()
-    pipeline.run_pipeline(path, executor=again, **kwargs)
+    scheduler.run_pipeline(path, executor=again, **kwargs)
     assert [e for e in again.log if e[0] == "submit"] == []
     path.write_text(GRAPH.replace("x = 1 }", "x = 10 }"))
     changed = FakeExecutor()
-    pipeline.run_pipeline(path, executor=changed, **kwargs)
+    scheduler.run_pipeline(path, executor=changed, **kwargs)
     assert [e[1] for e in changed.log if e[0] == "submit"] == ["a", "c", "d"]  # b is untouched
 
 
@@ -130,7 +130,7 @@ def test_a_failed_run_stops_further_releases_but_its_independent_neighbour_is_re
 
     fake = Failing(capacity=2, newest_first=False)
     with pytest.raises(PipelineError, match="run 'a' failed in cell 3: ValueError: no"):
-        pipeline.run_pipeline(path, executor=fake, **kwargs)
+        scheduler.run_pipeline(path, executor=fake, **kwargs)
     assert ("submit", "c") not in fake.log and ("submit", "d") not in fake.log
     manifest = json.loads((tmp_path / "figures" / "manifest.json").read_text())
     assert [r["name"] for r in manifest["runs"]] == ["b"]  # already running when a failed: finished and recorded
@@ -147,7 +147,7 @@ def test_a_result_with_another_thread_count_than_its_fingerprint_is_not_recorded
             return handle
 
     with pytest.raises(PipelineError, match="ran with 7 torch threads, but its fingerprint assumed 1"):
-        pipeline.run_pipeline(path, executor=Liar(capacity=1), only=["b"], **kwargs)
+        scheduler.run_pipeline(path, executor=Liar(capacity=1), only=["b"], **kwargs)
     assert not (tmp_path / "figures" / "b").exists() and not list((tmp_path / "figures").glob(".tmp-*"))
 
 
@@ -159,12 +159,12 @@ def test_models_are_converted_once_by_the_driver_before_runs_fan_out(tmp_path, m
                         .replace("x = 2 }", 'x = 2, model_name = "smollm2-135m" }'))
     fake = FakeExecutor(capacity=2)
     monkeypatch.setattr(models, "converted_gguf_folder", lambda spec: fake.log.append(("convert", spec.name)))
-    pipeline.run_pipeline(path, executor=fake, **kwargs)
+    scheduler.run_pipeline(path, executor=fake, **kwargs)
     assert fake.log[:3] == [("convert", "smollm2-135m"), ("convert", "gemma-3-270m"), ("submit", "a")]
     assert sum(e[0] == "convert" for e in fake.log) == 2  # tiny-llama (d, the notebook's default) is not converted
     serial = FakeExecutor(capacity=1)
     monkeypatch.setattr(models, "converted_gguf_folder", lambda spec: serial.log.append(("convert", spec.name)))
-    pipeline.run_pipeline(path, executor=serial, force=True, **kwargs)
+    scheduler.run_pipeline(path, executor=serial, force=True, **kwargs)
     assert not [e for e in serial.log if e[0] == "convert"]  # one run at a time converts on first use, as before
 
 
@@ -172,14 +172,14 @@ def test_the_sweep_option_runs_one_sweep_and_only_it(tmp_path):
     path, kwargs = runs(tmp_path, GRAPH + '[[sweeps]]\nname = "s"\nnotebook = "nb.ipynb"\n'
                                           'parameter_sets = [{ x = 5 }, { x = 6 }]\n')
     fake = FakeExecutor()
-    manifest = pipeline.run_pipeline(path, executor=fake, sweep="s", **kwargs)
+    manifest = scheduler.run_pipeline(path, executor=fake, sweep="s", **kwargs)
     assert sorted(e[1] for e in fake.log if e[0] == "submit") == ["s-x5", "s-x6"]
     assert [r["name"] for r in manifest["runs"]] == ["s-x5", "s-x6"]
     default = FakeExecutor()
-    pipeline.run_pipeline(path, executor=default, **kwargs)
+    scheduler.run_pipeline(path, executor=default, **kwargs)
     assert sorted(e[1] for e in default.log if e[0] == "submit") == ["a", "b", "c", "d"]
     with pytest.raises(PipelineError, match=r"no such sweep; its sweeps are \['s'\]"):
-        pipeline.run_pipeline(path, executor=FakeExecutor(), sweep="t", **kwargs)
+        scheduler.run_pipeline(path, executor=FakeExecutor(), sweep="t", **kwargs)
 
 
 def test_the_local_pool_refuses_more_threads_than_cores_and_says_what_fits():
@@ -211,7 +211,7 @@ def test_each_running_run_gets_a_gpu_of_its_own_and_returns_it(monkeypatch):
 
 
 def job(run):
-    from helpers.notebook_job import NotebookJob
+    from helpers.pipeline.notebook_job import NotebookJob
 
     return NotebookJob(run, "nb.ipynb", "out.ipynb", {}, ".", f"figures/{run}")
 
@@ -236,7 +236,7 @@ def test_slurm_time_limits_come_from_the_last_wall_time_with_a_margin():
 
 
 def test_slurm_refuses_to_start_on_folders_the_nodes_do_not_share(tmp_path, submitit_importable):
-    from helpers.executors import SlurmExecutor
+    from helpers.pipeline.executors import SlurmExecutor
 
     executor = SlurmExecutor(tmp_path / "logs", cluster="local")
 

@@ -1,4 +1,4 @@
-"""Whether each verdict rule could come out either way (helpers.feasibility): the Jaccard range against every
+"""Whether each verdict rule could come out either way (helpers.core.feasibility): the Jaccard range against every
 pair of subsets of a small set, each rule's reach at its defining boundary (just inside, just outside), and at
 the real sizes of the committed runs one input where the rule can pass and one where it cannot."""
 import json
@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from helpers.feasibility import (Reach, chance_jaccard, identities_reach, jaccard_range, specificity_reach,
+from helpers.core.feasibility import (Reach, chance_jaccard, identities_reach, jaccard_range, specificity_reach,
                                  sparsity_reach, weights_reach)
 from helpers.singular import validation
 from helpers.singular.adversary import load_attack_rules
@@ -216,7 +216,7 @@ def test_no_residual_however_large_takes_a_real_models_kl_past_its_ceiling(name)
 # --- task-specificity at matched size, corrected for chance -------------------------------------------------
 
 def test_the_chance_corrected_overlap_by_hand():
-    from helpers.feasibility import corrected_overlap, corrected_range
+    from helpers.core.feasibility import corrected_overlap, corrected_range
 
     assert corrected_overlap(25, 50, 50, 100) == 0.0  # the expected overlap of two halves
     assert corrected_overlap(50, 50, 50, 100) == 1.0 and corrected_overlap(0, 50, 50, 100) == -1.0
@@ -229,7 +229,7 @@ def test_the_chance_corrected_overlap_by_hand():
 
 
 def test_the_matched_rule_is_reachable_at_every_size_the_runs_have_and_decided_at_the_extremes():
-    from helpers.feasibility import corrected_range, matched_specificity_reach
+    from helpers.core.feasibility import corrected_range, matched_specificity_reach
 
     for kept in (62_650, 38_335, 42_435):  # the three tasks' circuits: both outcomes reachable at matched size
         assert matched_specificity_reach(kept, N, 0.5 * 0.3).informative

@@ -348,7 +348,7 @@ def test_plant_and_recover_runs_and_ablating_the_plant_removes_it(tiny):
 
 
 def test_paper_2s_planted_row_reads_in_words_and_reaches_the_results_table():
-    from helpers.reproduction import PLANTED_RUN, paper2_known_yes
+    from helpers.results.documents import PLANTED_RUN, paper2_known_yes
 
     checks = dict(A1=True, A2=True, A4=False, B1=True, C1=None, lift_tile=0.01, coverage_peak=0.2)
     row = dict(plant=dict(site="mlp.down", layer=9, tile=0, token=" banana", strength=1.0, model="gemma-3-270m"),

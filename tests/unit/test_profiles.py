@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers.profiles import profile_parameters
-from helpers.runs import BY_HAND, load_runs, out_folder, run_name
+from helpers.pipeline.profiles import profile_parameters
+from helpers.pipeline.runs import BY_HAND, load_runs, out_folder, run_name
 from helpers.singular.circuit_files import default_circuit, masking_run_folder
 
 

@@ -5,9 +5,9 @@ import re
 
 import pytest
 
-from helpers import claims as C
+from helpers.results import claims as C
 from helpers.figures import summary as figs
-from helpers.reproduction import (BEGIN, END, FIGURES, ROOT, findings, results_page, summaries_of, verdict_table,
+from helpers.results.documents import (BEGIN, END, FIGURES, ROOT, findings, results_page, summaries_of, verdict_table,
                                   with_verdicts)
 
 MANIFEST = json.loads((ROOT / "figures" / "manifest.json").read_text(encoding="utf-8"))
@@ -114,7 +114,7 @@ def test_the_summary_figures_read_the_ledger_and_the_judges():
 
 
 def test_no_committed_executed_notebook_shows_a_progress_bar():
-    from helpers.notebook_job import PROGRESS_BAR
+    from helpers.pipeline.notebook_job import PROGRESS_BAR
 
     for path in sorted((ROOT / "figures").glob("*/notebook.ipynb")):
         notebook = json.loads(path.read_text(encoding="utf-8"))
@@ -126,7 +126,7 @@ def test_no_committed_executed_notebook_shows_a_progress_bar():
 
 
 def test_the_readable_copy_drops_progress_bars_and_keeps_what_the_notebook_printed(tmp_path):
-    from helpers.notebook_job import write_readable_copy
+    from helpers.pipeline.notebook_job import write_readable_copy
 
     bar = {"output_type": "display_data", "metadata": {},
            "data": {"text/plain": ["faithfulness curve:   0%|          | 0/12 [00:00<?, ?it/s]"]}}
@@ -162,7 +162,7 @@ def test_grouped_bars_centre_each_group_and_label_each_series_once():
 
 
 def test_the_runs_table_names_each_runs_device_and_flags_a_mix():
-    from helpers.reproduction import device_of, results_page
+    from helpers.results.documents import device_of, results_page
 
     cpu = dict(name="a", wall_time_s=60, summary={"numerics": {"device": "cpu", "accelerator": None}})
     gpu = dict(name="b", wall_time_s=6, summary={"numerics": {"device": "cuda", "accelerator": "NVIDIA H200"}})
@@ -173,7 +173,7 @@ def test_the_runs_table_names_each_runs_device_and_flags_a_mix():
 
 
 def test_each_task_gets_one_line_on_its_circuit_under_attack_or_says_it_has_not_run():
-    from helpers.reproduction import circuit_checks
+    from helpers.results.documents import circuit_checks
     from tests.unit.test_validation import seven_summary
 
     text, calibration = circuit_checks({"07_circuit_validation-ioi-smollm2-135m": seven_summary()}).split("\n\n")
@@ -191,7 +191,7 @@ def test_each_task_gets_one_line_on_its_circuit_under_attack_or_says_it_has_not_
 
 
 def test_the_paper_budget_sentence_reads_the_ledgers_first_two_rows():
-    from helpers.reproduction import paper_budget
+    from helpers.results.documents import paper_budget
 
     assert paper_budget({"02_masking-ioi-smollm2-135m": {}}) is None
     ledger = [dict(kept_percent=41.25, kl=0.034, random_kl=0.9), dict(kl=1.234, random_kl=2.5)]
@@ -209,7 +209,7 @@ def test_the_paper_budget_sentence_reads_the_ledgers_first_two_rows():
 def test_the_comparative_rules_say_no_on_cases_known_to_be_no():
     """A second seed of the task posed as its nonsense overlaps as much as seeds do, and the trained model posed as
     its own weight control needs the same count: both rules must say no, whatever the run."""
-    from helpers.reproduction import known_no
+    from helpers.results.documents import known_no
     from helpers.singular.adversary import load_attack_rules
     from tests.unit.test_validation import seven_summary
 
@@ -221,7 +221,7 @@ def test_the_comparative_rules_say_no_on_cases_known_to_be_no():
 
 
 def test_the_results_page_has_one_reachability_row_per_verdict_rule():
-    from helpers.reproduction import results_page
+    from helpers.results.documents import results_page
 
     page = results_page(MANIFEST)
     section = page.split("## Can each verdict say yes?", 1)[1].split("\n## ", 1)[0]
@@ -251,7 +251,7 @@ def planted_summary():
 
 
 def test_planted_rows_judge_only_the_plants_that_drive_the_task():
-    from helpers.reproduction import PLANTED_RUN, planted_reach
+    from helpers.results.documents import PLANTED_RUN, planted_reach
 
     recover, ablate, beats = planted_reach({PLANTED_RUN: planted_summary()})
     assert "recovered at 1 of 1 (AUROC 0.99–0.99)" in recover and "scored as the plant: recovered at 0 of 1" in recover
@@ -263,7 +263,7 @@ def test_planted_rows_judge_only_the_plants_that_drive_the_task():
 
 
 def test_planted_check_reports_the_positive_control_or_how_to_run_it():
-    from helpers.reproduction import PLANTED_RUN, planted_check
+    from helpers.results.documents import PLANTED_RUN, planted_check
 
     summary = planted_summary()
     summary["unplanted"].update(accuracy=0.07, chance=0.125)

@@ -2,11 +2,11 @@
 stand-in weights, and that it judges real runs by the same claims, linked into figures-paper-models/."""
 import json
 
-from helpers.claims import RUNS, VALIDATION_RUNS, on_models
+from helpers.results.claims import RUNS, VALIDATION_RUNS, on_models
 from helpers.core.models import STAND_IN_WORDS
-from helpers.paper_models import (PAPER_MODEL_RUNS, PAPER_MODEL_VALIDATION_RUNS, declared_runs, paper_model_claims,
+from helpers.results.paper_models import (PAPER_MODEL_RUNS, PAPER_MODEL_VALIDATION_RUNS, declared_runs, paper_model_claims,
                                   real_summaries, section)
-from helpers.reproduction import PAPER_MODELS_BEGIN, ROOT, with_paper_models
+from helpers.results.documents import PAPER_MODELS_BEGIN, ROOT, with_paper_models
 
 
 def test_every_run_the_claims_read_is_a_declared_run_of_the_profile():

@@ -15,7 +15,7 @@ from helpers.singular.receptors import find_receptors, receptor_statistics
 from helpers.singular.references import kl_to_full
 from helpers.tiled.thresholds import load_thresholds
 from helpers.tiled.verdicts import rule_a, rule_b1, rule_c1
-from helpers.workshop import CRITERIA, attack_rows, circuit_rows
+from helpers.results.workshop_checks import CRITERIA, attack_rows, circuit_rows
 
 T = load_thresholds()
 EPS = 1e-6

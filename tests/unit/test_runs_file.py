@@ -1,9 +1,9 @@
-"""The runs file: declared runs and sweeps that expand into runs of their own (helpers.runs)."""
+"""The runs file: declared runs and sweeps that expand into runs of their own (helpers.pipeline.runs)."""
 from pathlib import Path
 
 import pytest
 
-from helpers.runs import PipelineError, load_runs, sweep_run_name
+from helpers.pipeline.runs import PipelineError, load_runs, sweep_run_name
 
 NOTEBOOK = '{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}'
 

@@ -253,7 +253,7 @@ def test_a_failed_circuit_reads_uninformative_when_no_nested_circuit_holds_the_b
 
 
 def test_results_say_each_tasks_calibration_only_where_its_run_attacked_nested_circuits():
-    from helpers.reproduction import nested_calibration
+    from helpers.results.documents import nested_calibration
 
     calibrated = seven_summary(nested=nested_rows([True, True, False, False], [True, False, False, False]))
     text = nested_calibration({"07_circuit_validation-ioi-smollm2-135m": calibrated,

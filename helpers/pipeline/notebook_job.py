@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from helpers.core.cache import atomic_write_json, atomic_write_text
-from helpers.summaries import SUMMARY_FILE
+from helpers.pipeline.summaries import SUMMARY_FILE
 
 EXECUTED_NOTEBOOK = "notebook.ipynb"  # each run's executed notebook, outputs included, beside its figures
 WORKSHOP_NOTE = ("Workshop run (`python -m helpers.pipeline --profile workshop`): smaller sizes than the reference "
@@ -112,7 +112,7 @@ def run_job(job: NotebookJob) -> JobOutcome:
         wall = time.time() - start
         if not (staging / SUMMARY_FILE).exists():
             raise RuntimeError(f"notebook {notebook.name} finished without writing {SUMMARY_FILE}; "
-                               "its last cell must call helpers.summaries.write_summary(out_dir, ...)")
+                               "its last cell must call helpers.pipeline.summaries.write_summary(out_dir, ...)")
         if job.profile != "full":
             mark_profile(staging / SUMMARY_FILE, executed, job.profile)
         write_readable_copy(executed, staging / EXECUTED_NOTEBOOK, {str(staging.resolve()): job.shown_as})

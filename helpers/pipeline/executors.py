@@ -18,8 +18,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from helpers.notebook_job import JobOutcome, NotebookJob, run_job
-from helpers.runs import PipelineError
+from helpers.pipeline.notebook_job import JobOutcome, NotebookJob, run_job
+from helpers.pipeline.runs import PipelineError
 
 EXECUTORS = ("serial", "local", "slurm")
 SLURM_DEFAULT_TIMEOUT_MIN = 240  # a run never finished before: a declared default, not a measurement

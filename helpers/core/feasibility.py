@@ -3,7 +3,7 @@
 A rule whose outcome is fixed by the sizes of the sets it compares says nothing about the data. Each
 function here takes what a rule reads, except the one number the rule tests, and returns a ``Reach``: was
 the rule's "yes" reachable, was its "no", and, where one was not, what decided it. Where a verdict's
-``Reach`` is not ``informative``, ``helpers.claims`` and notebook 07 print it as
+``Reach`` is not ``informative``, ``helpers.results.claims`` and notebook 07 print it as
 "uninformative: decided by <reason>" instead of its yes or no.
 
 - ``jaccard_range`` and ``chance_jaccard``: the Jaccard two sets of given sizes among ``n`` can have, and its

@@ -11,16 +11,16 @@ import tomllib
 from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 
-from helpers.feasibility import identities_reach, sparsity_reach
+from helpers.core.feasibility import identities_reach, sparsity_reach
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RULES_FILE = ROOT / "data" / "verdict_rules.toml"
 
 REPRODUCED = "reproduced"
 NOT_REPRODUCED = "not reproduced"
 PAPER_RULE_ONLY = "holds only under the paper's rule"
 UNINFORMATIVE = "uninformative: a control passes too"
-DECIDED = "uninformative: decided by"  # the rule's other outcome was out of reach (helpers.feasibility)
+DECIDED = "uninformative: decided by"  # the rule's other outcome was out of reach (helpers.core.feasibility)
 NOT_TESTABLE = "not testable here"
 VERDICTS = (REPRODUCED, NOT_REPRODUCED, PAPER_RULE_ONLY, UNINFORMATIVE, DECIDED, NOT_TESTABLE)
 

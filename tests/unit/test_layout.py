@@ -1,0 +1,43 @@
+"""The house by role: library code lives in the packages, the modules at helpers/'s top level are thin commands,
+and no package imports a command."""
+import ast
+from pathlib import Path
+
+HELPERS = Path(__file__).resolve().parents[2] / "helpers"
+COMMANDS = sorted(p.stem for p in HELPERS.glob("*.py") if p.name != "__init__.py")
+
+
+def imported(path: Path) -> set[str]:
+    """Dotted names a module imports, function bodies included."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+            names |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return names
+
+
+def test_the_top_level_holds_only_commands_and_each_is_a_thin_entry_point():
+    assert COMMANDS == ["evaluate", "evaluations", "reproduction", "workshop"]
+    for path in [*(HELPERS / f"{name}.py" for name in COMMANDS), HELPERS / "pipeline" / "__main__.py"]:
+        tree = ast.parse(path.read_text())
+        functions = [node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))]
+        assert functions in ([], ["main"]), f"{path.name} defines {functions}: its work belongs in a package"
+        assert 'if __name__ == "__main__":' in path.read_text(), path
+
+
+def test_no_package_imports_a_command():
+    commands = {f"helpers.{name}" for name in COMMANDS} | {"helpers.pipeline.__main__"}
+    for path in sorted(HELPERS.glob("*/**/*.py")):
+        if path.name == "__main__.py":
+            continue
+        found = imported(path) & commands
+        assert not found, f"{path.relative_to(HELPERS.parent)} imports the command {sorted(found)}"
+
+
+def test_the_check_sees_a_package_that_imports_a_command(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text("def f():\n    from helpers.evaluate import main\n")
+    assert "helpers.evaluate" in imported(module)
