@@ -1,5 +1,5 @@
 """Notebook 02's α sweep trained fresh (as the notebook does) against the α path (each heavier α warm-started
-from the lighter one's masks, ``helpers.singular.alpha_path``), on one task, with the notebook's declared run.
+from the lighter one's masks, ``helpers.singular.masking.alpha_path``), on one task, with the notebook's declared run.
 
     python benchmarks/alpha_path.py --task gender [--warm-steps 100 150] [--fresh-seeds 1] [--model smollm2-135m]
 
@@ -22,10 +22,10 @@ import torch
 
 from helpers.core.models import load_model
 from helpers.pipeline.scheduler import declared_parameters
-from helpers.singular.alpha_path import WARM_TOLERANCE, path_comparison, warm_alpha_path
-from helpers.singular.circuits import CircuitEvaluator, point_at_kl
-from helpers.singular.masks import MaskedModel
-from helpers.singular.training import MaskingRun, alpha_sweep, masking_prompts
+from helpers.singular.masking.alpha_path import WARM_TOLERANCE, path_comparison, warm_alpha_path
+from helpers.singular.masking.circuits import CircuitEvaluator, point_at_kl
+from helpers.singular.masking.masks import MaskedModel
+from helpers.singular.masking.training import MaskingRun, alpha_sweep, masking_prompts
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "02_masking.ipynb"
 SHOWN = ["alpha", "start", "steps", "kept_percent_fresh", "kept_percent", "kl_fresh", "kl", "random_kl", "overlap",

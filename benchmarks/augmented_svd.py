@@ -17,7 +17,7 @@ import time
 WORKER = r"""
 import json, resource, sys, time, torch
 from helpers.core.models import load_model
-from helpers.singular.augmented import (mlp_in_matrices, mlp_out_matrix, ov_factors, ov_matrix, qk_factors, qk_matrix,
+from helpers.singular.directions.augmented import (mlp_in_matrices, mlp_out_matrix, ov_factors, ov_matrix, qk_factors, qk_matrix,
                                svd_dense, svd_of_product)
 from helpers.core.weights import layer_weights
 name, method = sys.argv[1], sys.argv[2]

@@ -150,10 +150,10 @@ def tiny_parity(device: str) -> dict:
 
 def mask_step_timings(name: str, device: str, batches, quick: bool) -> dict:
     from helpers.core.models import model_from_config
-    from helpers.singular.masks import AblationRule, DirectionMasks, MaskedModel
-    from helpers.singular.references import prepare
+    from helpers.singular.masking.masks import AblationRule, DirectionMasks, MaskedModel
+    from helpers.singular.masking.references import prepare
     from helpers.singular.tasks import ioi_task
-    from helpers.singular.training import TrainConfig, training_step
+    from helpers.singular.masking.training import TrainConfig, training_step
 
     rows = {}
     for side in dict.fromkeys(["cpu", device]):
@@ -241,22 +241,15 @@ def paper_models_pass(device: str, quick: bool) -> dict:
     stand-in, offline, on ``device``: each run's wall time."""
     from helpers.core.folder_checks import weights_env
     from helpers.core.stand_ins import write_stand_in
+    from helpers.pipeline.notebook_job import environment_set
     from helpers.pipeline.scheduler import run_pipeline
 
     runs = list(PAPER_MODEL_RUNS[:1] if quick else PAPER_MODEL_RUNS)
     with tempfile.TemporaryDirectory() as tmp:
         folder = write_stand_in("gpt2-small", Path(tmp) / "gpt2-small")
-        saved = {name: os.environ.get(name) for name in (weights_env("gpt2-small"), "HF_HUB_OFFLINE")}
-        os.environ.update({weights_env("gpt2-small"): str(folder), "HF_HUB_OFFLINE": "1"})
-        try:
+        with environment_set({weights_env("gpt2-small"): str(folder), "HF_HUB_OFFLINE": "1"}):
             manifest = run_pipeline(ROOT / "notebooks" / "runs.toml", Path(tmp) / "figures", Path(tmp) / "build",
                                     fast=True, only=runs, profile="paper-models", device=device, log=lambda line: None)
-        finally:
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
     return dict(runs={r["name"]: r["wall_time_s"] for r in manifest["runs"]},
                 devices=sorted({r.get("device") for r in manifest["runs"]}))
 

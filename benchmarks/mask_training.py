@@ -5,7 +5,7 @@
                                        [--maps factored hooks]
 
 "plain": the model's own forward at all positions (logits everywhere) and a backward of the answer-position
-cross-entropy into all its weights. "mask step": ``helpers.singular.training.training_step``, the step ``train_masks``
+cross-entropy into all its weights. "mask step": ``helpers.singular.masking.training.training_step``, the step ``train_masks``
 runs (masked forward through hooks, logits at the answer positions only, KL + α Σ m, backward into the mask
 logits, gradient clipping, AdamW step). ``--rule paper`` is paper 1's mixed rule (OV and MLP masked at the answer
 position only), the rule of two of notebook 02's five trainings per task. ``--maps`` times the step once per way
@@ -18,9 +18,9 @@ import time
 
 import torch
 
-from helpers.singular.references import prepare
-from helpers.singular.training import TrainConfig, training_step
-from helpers.singular.masks import AblationRule, DirectionMasks, MaskedModel
+from helpers.singular.masking.references import prepare
+from helpers.singular.masking.training import TrainConfig, training_step
+from helpers.singular.masking.masks import AblationRule, DirectionMasks, MaskedModel
 from helpers.core.models import load_model
 from helpers.singular.tasks import ioi_task
 

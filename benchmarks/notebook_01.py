@@ -17,10 +17,10 @@ import json, sys, time, torch
 name, threads = sys.argv[1], int(sys.argv[2])
 torch.set_num_threads(threads)
 from helpers.core.models import load_model
-from helpers.singular.augmented import augmented_svds, spectra_frame
-from helpers.singular.identities import identity_errors
-from helpers.singular.quantization import noise_floor_frame
-from helpers.singular.readout import readout_table
+from helpers.singular.directions.augmented import augmented_svds, spectra_frame
+from helpers.singular.directions.identities import identity_errors
+from helpers.singular.directions.quantization import noise_floor_frame
+from helpers.singular.directions.readout import readout_table
 times = {}
 start = time.perf_counter()
 model = load_model(name)

@@ -4,7 +4,7 @@
                                                    [--ranking signed] [--weights-dir DIR] [--json OUT]
                                                    [--device auto] [--adversarial]
 
-What it scores and prints is ``helpers.singular.circuit_evaluation``'s.
+What it scores and prints is ``helpers.singular.masking.circuit_evaluation``'s.
 """
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from helpers.core.device import DeviceUnavailableError
 from helpers.core.folder_checks import ModelFolderError
 from helpers.core.models import ModelUnavailableError
 from helpers.pipeline.summaries import summary_value
-from helpers.singular.circuit_evaluation import evaluate_file, report
-from helpers.singular.scoring import RANKINGS
+from helpers.singular.masking.circuit_evaluation import evaluate_file, report
+from helpers.singular.masking.scoring import RANKINGS
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,6 @@
 """Modules computed by another function for a while: one place that replaces an instance's ``forward``.
 
-Masks compute MLP maps from their factors (``helpers.singular.masks``) and check C's steered forwards skip
+Masks compute MLP maps from their factors (``helpers.singular.masking.masks``) and check C's steered forwards skip
 the blocks before the steered layer (``helpers.tiled.steer``); both swap a module's ``forward`` for the
 length of a ``with`` block. The replacement is set in the instance's own ``__dict__``, ahead of its
 class's method: TransformerLens' bridge components pass attribute writes through to the module they wrap,

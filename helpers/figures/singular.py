@@ -102,7 +102,7 @@ def plot_faithfulness(curve, paper_kl: float, metric_label: str, trained=None):
 
 
 def plot_faithfulness_by_percent(curves):
-    """MIB-style f(k) of each circuit's ranking (``helpers.singular.scoring.faithfulness_curves``) against the
+    """MIB-style f(k) of each circuit's ranking (``helpers.singular.masking.scoring.faithfulness_curves``) against the
     mean of random rankings under the same rule, on a log axis of % of directions."""
     import matplotlib.pyplot as plt
 
@@ -200,7 +200,7 @@ def plot_dose_response(table, title: str):
 
 def plot_margins(margins, rule: float, title: str):
     """Each head's name-mover margin IO / (S1 + S2) with its bootstrap interval, one marker per prompt set
-    (``margins``: rows of ``helpers.singular.heads.margins_of``), on a log axis with the declared rule's
+    (``margins``: rows of ``helpers.singular.heads.case_study.margins_of``), on a log axis with the declared rule's
     bound ``rule`` as a dashed line."""
     import matplotlib.pyplot as plt
 

@@ -62,12 +62,8 @@ class JobOutcome:
 
 
 @contextlib.contextmanager
-def job_environment(job: NotebookJob):
-    """This process's environment with the job's thread count and variables, for the kernel it starts
-    (restored afterwards: the serial executor runs jobs in the driver itself)."""
-    variables = dict(job.environment)
-    if job.threads is not None:
-        variables |= {name: str(job.threads) for name in THREAD_VARIABLES}
+def environment_set(variables: dict[str, str]):
+    """This process's environment with ``variables`` set, each restored (or removed) afterwards, even after an error."""
     saved = {name: os.environ.get(name) for name in variables}
     os.environ.update(variables)
     try:
@@ -78,6 +74,15 @@ def job_environment(job: NotebookJob):
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+def job_environment(job: NotebookJob):
+    """This process's environment with the job's thread count and variables, for the kernel it starts
+    (restored afterwards: the serial executor runs jobs in the driver itself)."""
+    variables = dict(job.environment)
+    if job.threads is not None:
+        variables |= {name: str(job.threads) for name in THREAD_VARIABLES}
+    return environment_set(variables)
 
 
 def run_job(job: NotebookJob) -> JobOutcome:

@@ -2,7 +2,7 @@
 work of ``python -m helpers.evaluations`` (``score_committed``).
 
 Every circuit file that a run's summary lists under ``circuit_files`` gets two reports:
-``figures/evaluations/<run>/<label>.json`` (the numbers of ``helpers.singular.circuit_evaluation``, the circuit file's sha256,
+``figures/evaluations/<run>/<label>.json`` (the numbers of ``helpers.singular.masking.circuit_evaluation``, the circuit file's sha256,
 and the settings they were scored with) and ``<label>.txt`` (the evaluator's printed table). A report is
 reused only if the circuit's sha256, the evaluator's settings, its source code and the installed packages
 all match. Then ``figures/evaluations/table.md`` lists one line per circuit. ``--check`` writes nothing:
@@ -25,7 +25,7 @@ from helpers.core.cache import atomic_write_json, atomic_write_text, sha256_file
 from helpers.pipeline.fingerprints import PACKAGE_ROOT, environment_record, module_sources
 from helpers.pipeline.summaries import SUMMARY_FILE, summary_value
 
-ATTACK_RULES = None  # the rules of --adversarial; None: the declared file (helpers.singular.adversary.ATTACK_RULES)
+ATTACK_RULES = None  # the rules of --adversarial; None: the declared file (helpers.singular.validation.adversary.ATTACK_RULES)
 
 REPORTS = "evaluations"
 SETTINGS = dict(n_prompts=96, seed=None, control_seeds=3, ranking="signed")  # evaluate_file's defaults
@@ -42,8 +42,8 @@ def committed_circuits(figures: Path) -> list[tuple[str, Path, str]]:
 
 
 def evaluator_sources() -> list[Path]:
-    """The evaluator's source (helpers/singular/circuit_evaluation.py) and every helpers module it imports."""
-    return module_sources({"helpers.singular.circuit_evaluation"})
+    """The evaluator's source (helpers/singular/masking/circuit_evaluation.py) and every helpers module it imports."""
+    return module_sources({"helpers.singular.masking.circuit_evaluation"})
 
 
 def settings(adversarial: bool = False) -> dict:
@@ -54,7 +54,7 @@ def settings(adversarial: bool = False) -> dict:
 
 def attack_rules_file() -> Path:
     """The rules ``--adversarial`` attacks by (read here, not at import: the model stack loads only for work)."""
-    from helpers.singular.adversary import ATTACK_RULES as DECLARED
+    from helpers.singular.validation.adversary import ATTACK_RULES as DECLARED
 
     return Path(ATTACK_RULES or DECLARED)
 
@@ -212,8 +212,8 @@ def score_committed(figures: Path, device: str, only: list[str] | None = None, c
     ``check``: write nothing. ``device``: resolved and configured already. Returns why each report that is
     still not current is not; a ValueError names an unknown label or a folder without circuits."""
     from helpers.core.models import load_model  # the model stack loads only when there is work
-    from helpers.singular.circuit_evaluation import evaluate_file, report
-    from helpers.singular.circuit_files import load_circuit
+    from helpers.singular.masking.circuit_evaluation import evaluate_file, report
+    from helpers.singular.masking.circuit_files import load_circuit
 
     circuits = committed_circuits(figures)
     labels = {c.stem for _, c, _ in circuits}

@@ -158,13 +158,13 @@ def _validation_run(summaries: dict, task: str) -> str | None:
 def rejudged(summaries: dict, run: str) -> dict:
     """A notebook-07 run's verdicts, judged again from its summary's rows under today's rules (the model's
     number of directions from the summary, or from the notebook-02 run its circuits came from)."""
-    from helpers.singular.adversary import load_attack_rules
-    from helpers.singular.validation import judged_from_summary
+    from helpers.singular.validation.adversary import load_attack_rules
+    from helpers.singular.validation.verdicts import judged_from_summary
 
     summary = summaries[run]
     rules = load_attack_rules()
     if summary.get("attack_variant"):
-        from helpers.singular.validation import with_attack_overrides
+        from helpers.singular.validation.verdicts import with_attack_overrides
         rules = with_attack_overrides(rules, summary["attack_variant"])
     source = summaries.get((summary.get("circuits_from") or {}).get("run")) or {}
     return judged_from_summary(summary, rules, source.get("total_directions"))
@@ -173,7 +173,7 @@ def rejudged(summaries: dict, run: str) -> dict:
 def nested_calibration(summaries: dict) -> str | None:
     """The attack calibrated on each task's nested circuits (notebook 07): the smallest kept share that holds the
     bound by the learned ranking against random. None where no run has attacked nested circuits yet."""
-    from helpers.singular.validation import calibration, calibration_words
+    from helpers.singular.validation.verdicts import calibration, calibration_words
 
     parts = []
     for task, name in VALIDATION_TASKS:
@@ -214,10 +214,10 @@ def attack_calibration(summaries: dict) -> str:
 
 def circuit_checks(summaries: dict) -> str:
     """One line per task of paper 1: does notebook 02's circuit survive notebook 07's adversary, is it
-    task-specific, do the trained weights matter (``helpers.singular.validation.verdict_line``, judged again under
+    task-specific, do the trained weights matter (``helpers.singular.validation.verdicts.verdict_line``, judged again under
     today's rules by ``rejudged``); then whether the attack has ever let a circuit pass. A task whose run is not in
     the manifest says so."""
-    from helpers.singular.validation import verdict_line
+    from helpers.singular.validation.verdicts import verdict_line
 
     lines = []
     for task, name in VALIDATION_TASKS:
@@ -243,7 +243,7 @@ def known_no(summary: dict, rules: dict) -> tuple[bool, bool | None]:
     """Notebook 07's two comparative rules on cases whose answer is known to be no, from its summary: the
     task circuit against a second training seed posed as its nonsense circuit (task-specific?), and the trained
     model posed as its own weight control (do the weights matter?; None without a task circuit within the bound)."""
-    from helpers.singular.validation import specificity, weights_matter
+    from helpers.singular.validation.verdicts import specificity, weights_matter
 
     seeds = summary["seed_jaccards"]
     first = next(j["jaccard"] for j in seeds if 0 in (j["a"], j["b"])) if seeds else None
@@ -272,7 +272,7 @@ def attack_known_yes(summaries: dict) -> str:
 def paper2_known_yes(summaries: dict) -> str:
     """Paper 2's case known to be yes (notebook 08): the checks at a site-layer with a planted mount, beside the
     same site-layer unplanted."""
-    from helpers.singular.planted_recovery import checks_words
+    from helpers.singular.validation.planted_recovery import checks_words
 
     row = (summaries.get(PLANTED_RUN) or {}).get("paper2_planted")
     if not row:
@@ -285,7 +285,7 @@ def paper2_known_yes(summaries: dict) -> str:
 def planted_check(summaries: dict) -> str:
     """One paragraph on notebook 08, the masking method's positive control: where the plant drives the task, is it
     recovered and is it necessary; and the unplanted model's circuit against its random control."""
-    from helpers.singular.planted_recovery import kept_over
+    from helpers.singular.validation.planted_recovery import kept_over
 
     summary = summaries.get(PLANTED_RUN)
     if not summary:
@@ -317,7 +317,7 @@ def planted_reach(summaries: dict) -> list[str]:
     drive the task; a same-count random set of the planted head's directions scored as if planted), is the plant
     necessary (its directions ablated; the random set ablated), and does a circuit beat its random control (the
     planted models; the unplanted one)."""
-    from helpers.singular.planted_recovery import recovered
+    from helpers.singular.validation.planted_recovery import recovered
 
     names = ["Masking recovers a planted mechanism (08)", "Ablating the recovered directions removes the mechanism (08)",
              "A circuit beats its random control (02, 08)"]
@@ -357,8 +357,8 @@ def verdict_reach(summaries: dict, claims: list[Claim]) -> str:
     """The section "Can each verdict say yes?": one row per verdict rule, with the case where its answer is known
     to be yes (a planted mechanism) and its outcome, the case known to be no and its outcome, and whether both
     outcomes were reachable at the runs' own sizes (``helpers.core.feasibility``)."""
-    from helpers.singular.adversary import load_attack_rules
-    from helpers.singular.validation import specificity_key
+    from helpers.singular.validation.adversary import load_attack_rules
+    from helpers.singular.validation.verdicts import specificity_key
 
     rows = ["| Verdict rule | Known yes: case, outcome | Known no: case, outcome | Both outcomes reachable at the run's sizes |",
             "|---|---|---|---|"]

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from helpers.singular.circuits import beats_random_by
+from helpers.singular.masking.circuits import beats_random_by
 from helpers.pipeline.summaries import SUMMARY_FILE
 
 CRITERIA = dict(circuit_ratio=3.0, heaviest_kept=0.5, flip_percent=50.0, flip_above_random=30.0, b1_margin=2,

@@ -8,7 +8,7 @@ import torch
 
 from helpers.core.cache import DamagedCacheWarning, checksum_path, verify_checksum
 from helpers.core.models import MODELS, load_model
-from helpers.singular.quantization import noise_floor, quantization_summary
+from helpers.singular.directions.quantization import noise_floor, quantization_summary
 from helpers.singular.tasks import greater_than_task, year_probabilities
 from tests.conftest import EMBEDDED_MODELS, cached_model
 from tests.unit import test_augmented, test_masks, test_weights

@@ -22,8 +22,8 @@ def assert_close(cuda_value, cpu_value, rtol=1e-5, atol=1e-6):
 
 @pytest.mark.parametrize("name", ["tiny-gpt2", "tiny-llama", "tiny-gemma3", "tiny-gemma2"])
 def test_masked_logits_and_mask_gradients_match_the_cpu(name):
-    from helpers.singular.masks import AblationRule, DirectionMasks, MaskedModel
-    from helpers.singular.references import prepare
+    from helpers.singular.masking.masks import AblationRule, DirectionMasks, MaskedModel
+    from helpers.singular.masking.references import prepare
     from helpers.singular.tasks import ioi_task
 
     results = []
@@ -42,8 +42,8 @@ def test_masked_logits_and_mask_gradients_match_the_cpu(name):
 
 
 def test_factored_mlp_maps_equal_the_hooked_maps_on_cuda():
-    from helpers.singular.masks import AblationRule, DirectionMasks, MaskedModel
-    from helpers.singular.references import prepare
+    from helpers.singular.masking.masks import AblationRule, DirectionMasks, MaskedModel
+    from helpers.singular.masking.references import prepare
     from helpers.singular.tasks import ioi_task
 
     model = cached_model("tiny-llama", "fold_norm", "cuda")
@@ -60,8 +60,8 @@ def test_factored_mlp_maps_equal_the_hooked_maps_on_cuda():
 
 
 def test_hard_concrete_noise_and_random_controls_are_the_same_numbers_on_both_devices():
-    from helpers.singular.circuits import random_like
-    from helpers.singular.masks import DirectionMasks, FixedMasks
+    from helpers.singular.masking.circuits import random_like
+    from helpers.singular.masking.masks import DirectionMasks, FixedMasks
 
     draws = []
     for model in both("tiny-llama"):
@@ -125,9 +125,9 @@ def test_the_lens_and_the_steered_change_match_the_cpu():
 
 def test_twenty_training_steps_twice_are_bit_identical_on_cuda(tmp_path, monkeypatch):
     from helpers.core.cache import CACHE_ENV
-    from helpers.singular.masks import AblationRule, MaskedModel
+    from helpers.singular.masking.masks import AblationRule, MaskedModel
     from helpers.singular.tasks import ioi_task
-    from helpers.singular.training import TrainConfig, train_masks
+    from helpers.singular.masking.training import TrainConfig, train_masks
 
     monkeypatch.setenv(CACHE_ENV, str(tmp_path))
     model = cached_model("tiny-llama", "fold_norm", "cuda")
@@ -141,9 +141,9 @@ def test_twenty_training_steps_twice_are_bit_identical_on_cuda(tmp_path, monkeyp
 
 def test_masks_trained_on_cuda_get_their_own_key_and_load_on_the_cpu(tmp_path, monkeypatch):
     from helpers.core.cache import CACHE_ENV, load_verified
-    from helpers.singular.masks import AblationRule, MaskedModel
+    from helpers.singular.masking.masks import AblationRule, MaskedModel
     from helpers.singular.tasks import ioi_task
-    from helpers.singular.training import TrainConfig, train_masks, training_key
+    from helpers.singular.masking.training import TrainConfig, train_masks, training_key
 
     monkeypatch.setenv(CACHE_ENV, str(tmp_path))
     cpu, cuda = both("tiny-llama")

@@ -420,7 +420,7 @@ TINY_CIRCUIT_RUNS = ["02_masking-ioi-tiny-llama", "02_masking-gender-tiny-llama"
 @pytest.mark.slow
 def test_notebook_02_writes_circuit_files_that_03_06_07_and_the_evaluator_read(tmp_path):
     """With and without the ledger (the gender run: ``run_ledger = false``, as in the workshop profile)."""
-    from helpers.singular.circuit_evaluation import evaluate_file
+    from helpers.singular.masking.circuit_evaluation import evaluate_file
 
     folder = tmp_path / "notebooks"
     folder.mkdir()

@@ -1,12 +1,12 @@
-"""Circuits under attack (helpers.singular.adversary) and the nonsense tasks (helpers.singular.nonsense)."""
+"""Circuits under attack (helpers.singular.validation.adversary) and the nonsense tasks (helpers.singular.validation.nonsense)."""
 import pytest
 import torch
 
-from helpers.singular.adversary import (Attack, adversarial_kl, excluded, held_out_kl, partial_masks, project,
+from helpers.singular.validation.adversary import (Attack, adversarial_kl, excluded, held_out_kl, partial_masks, project,
                                         stochastic_kl, survives)
-from helpers.singular.circuits import CircuitEvaluator
-from helpers.singular.masks import AblationRule, FixedMasks, MaskedModel
-from helpers.singular.nonsense import nonsense_task
+from helpers.singular.masking.circuits import CircuitEvaluator
+from helpers.singular.masking.masks import AblationRule, FixedMasks, MaskedModel
+from helpers.singular.validation.nonsense import nonsense_task
 from helpers.singular.tasks import ioi_task
 from tests.conftest import cached_model
 
@@ -110,7 +110,7 @@ def test_nonsense_prompts_keep_the_lengths_and_bos_and_shuffling_keeps_each_prom
 
 
 def test_the_declared_rules_load_and_a_mistyped_key_is_refused(tmp_path):
-    from helpers.singular.adversary import ATTACK_RULES, load_attack_rules
+    from helpers.singular.validation.adversary import ATTACK_RULES, load_attack_rules
 
     rules = load_attack_rules()
     assert rules["attack"] == Attack(checkpoints=(20, 40, 80, 160), step_size=0.05, batch=16, starts=("rule", "random"),
@@ -125,7 +125,7 @@ def test_the_declared_rules_load_and_a_mistyped_key_is_refused(tmp_path):
 
 
 def test_task_specificity_at_its_boundary():
-    from helpers.singular.adversary import task_specific
+    from helpers.singular.validation.adversary import task_specific
 
     seeds = [0.35, 0.5, 0.64]
     assert task_specific(0.175, seeds, 0.5) and not task_specific(0.1751, seeds, 0.5)  # at, and just beyond, 0.5 × 0.35
@@ -158,7 +158,7 @@ def test_random_token_nonsense_corrupts_exactly_the_positions_the_task_corrupts(
 
 
 def test_the_prompts_split_into_a_climb_half_and_a_report_half_that_share_nothing():
-    from helpers.singular.adversary import split_rows
+    from helpers.singular.validation.adversary import split_rows
 
     climb, report = split_rows(10, 0.5, seed=3)
     assert len(climb) == 5 and len(report) == 5 and not set(climb.tolist()) & set(report.tolist())
@@ -173,7 +173,7 @@ def test_the_prompts_split_into_a_climb_half_and_a_report_half_that_share_nothin
 def test_the_attack_climbs_on_one_half_and_reports_the_other_in_sample_beside_it():
     """Oracle: the reported KL is the held-out KL over the report rows, the in-sample KL over the climb rows, each
     computed directly at the rule's setting (m = 0: the circuit itself)."""
-    from helpers.singular.adversary import split_rows
+    from helpers.singular.validation.adversary import split_rows
 
     model, evaluator = setup(n=8)
     circuit = circuit_keeping(model, 0.5)
@@ -207,9 +207,9 @@ def flat(circuit: FixedMasks) -> torch.Tensor:
 def test_nested_circuits_keep_the_top_share_and_their_random_controls_are_nested_with_the_same_block_counts():
     import math
 
-    from helpers.singular.adversary import nested_circuits
-    from helpers.singular.circuits import binarise_top
-    from helpers.singular.masks import DirectionMasks
+    from helpers.singular.validation.adversary import nested_circuits
+    from helpers.singular.masking.circuits import binarise_top
+    from helpers.singular.masking.masks import DirectionMasks
 
     model, _ = setup()
     masks = DirectionMasks(model, init=0.5)
@@ -232,7 +232,7 @@ def test_nested_circuits_keep_the_top_share_and_their_random_controls_are_nested
 
 
 def test_a_nested_circuit_keeps_at_least_its_share_and_an_exact_product_exactly():
-    from helpers.singular.adversary import nested_count
+    from helpers.singular.validation.adversary import nested_count
 
     assert nested_count(0.999, 86730) == 86644  # 86,643.27 → at least the share
     assert nested_count(0.5, 7) == 4 and nested_count(0.3, 10) == 3
@@ -240,8 +240,8 @@ def test_a_nested_circuit_keeps_at_least_its_share_and_an_exact_product_exactly(
 
 
 def test_a_nested_failure_fails_every_smaller_circuit_of_its_ranking_without_an_attack():
-    from helpers.singular.adversary import load_attack_rules, nested_attack, smallest_surviving_share
-    from helpers.singular.masks import DirectionMasks
+    from helpers.singular.validation.adversary import load_attack_rules, nested_attack, smallest_surviving_share
+    from helpers.singular.masking.masks import DirectionMasks
 
     model, evaluator = setup()
     masks = DirectionMasks(model, init=0.5)
@@ -261,7 +261,7 @@ def test_a_nested_failure_fails_every_smaller_circuit_of_its_ranking_without_an_
 
 
 def test_the_smallest_surviving_share_needs_every_larger_share_to_hold():
-    from helpers.singular.adversary import smallest_surviving_share
+    from helpers.singular.validation.adversary import smallest_surviving_share
 
     def table(pattern):
         return [dict(ranking="learned", share=s, survives=ok) for s, ok in zip([0.999, 0.99, 0.95, 0.9], pattern)]

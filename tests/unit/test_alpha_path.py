@@ -1,15 +1,15 @@
-"""The α path (helpers.singular.alpha_path): warm-started trainings against fresh ones, on tiny models."""
+"""The α path (helpers.singular.masking.alpha_path): warm-started trainings against fresh ones, on tiny models."""
 from dataclasses import replace
 
 import pandas as pd
 import pytest
 import torch
 
-from helpers.singular.alpha_path import kept_overlap, path_comparison, warm_alpha_path, warm_masks, within_tolerance
-from helpers.singular.circuits import CircuitEvaluator
-from helpers.singular.masks import AblationRule, DirectionMasks, FixedMasks, MaskedModel
+from helpers.singular.masking.alpha_path import kept_overlap, path_comparison, warm_alpha_path, warm_masks, within_tolerance
+from helpers.singular.masking.circuits import CircuitEvaluator
+from helpers.singular.masking.masks import AblationRule, DirectionMasks, FixedMasks, MaskedModel
 from helpers.singular.tasks import make_task
-from helpers.singular.training import TrainConfig, continue_training, train_masks
+from helpers.singular.masking.training import TrainConfig, continue_training, train_masks
 from tests.conftest import cached_model
 
 CONFIG = TrainConfig(steps=4, batch=4, lr=2.0, log_every=1, parametrisation="hard_concrete")  # large steps: masks move
@@ -54,7 +54,7 @@ def test_a_warm_training_starts_from_the_given_masks_and_leaves_them_as_they_wer
 
 
 def test_a_warm_training_is_saved_under_a_key_of_its_start_and_loaded_by_a_rerun(tmp_path, monkeypatch):
-    import helpers.singular.alpha_path as alpha_path
+    import helpers.singular.masking.alpha_path as alpha_path
 
     monkeypatch.setenv("SVDIRS_CACHE", str(tmp_path))
     model, masked, train, _, rule = setup()

@@ -1,13 +1,13 @@
-"""The adversary's positive control (helpers.singular.attack_calibration): the inert directions are exactly the
+"""The adversary's positive control (helpers.singular.validation.attack_calibration): the inert directions are exactly the
 numerically zero singular values, and a circuit leaving out only them holds under attack (KL zero), so the
 attack can say yes."""
 import pytest
 import torch
 
-from helpers.singular.adversary import load_attack_rules
-from helpers.singular.attack_calibration import attack_verdict, calibrate_attack, inert_circuit, left_out
-from helpers.singular.masks import AblationRule, MaskedModel
-from helpers.singular.validation import with_attack_overrides
+from helpers.singular.validation.adversary import load_attack_rules
+from helpers.singular.validation.attack_calibration import attack_verdict, calibrate_attack, inert_circuit, left_out
+from helpers.singular.masking.masks import AblationRule, MaskedModel
+from helpers.singular.validation.verdicts import with_attack_overrides
 from tests.conftest import cached_model
 
 
@@ -34,7 +34,7 @@ def test_inert_directions_are_the_bias_rows_of_a_bias_free_model():
 
 
 def test_the_attack_cannot_move_a_circuit_that_leaves_out_only_inert_directions():
-    from helpers.singular.planted import draw_pairs, planted_task
+    from helpers.singular.validation.planted import draw_pairs, planted_task
 
     model = cached_model("tiny-llama", "fold_norm")
     held_out = planted_task(model, draw_pairs(model.tokenizer, 4), 12, seed=2).task

@@ -1,6 +1,6 @@
 import torch
 
-from helpers.singular.attribution import head_logit_attribution
+from helpers.singular.heads.attribution import head_logit_attribution
 from helpers.singular.tasks import ioi_task, logit_diff
 from tests.conftest import cached_model
 

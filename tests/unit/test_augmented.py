@@ -2,9 +2,9 @@
 import pytest
 import torch
 
-from helpers.singular.augmented import (SVD, direction_counts, layer_svds, ov_factors, ov_matrix, qk_factors, qk_matrix,
+from helpers.singular.directions.augmented import (SVD, direction_counts, layer_svds, ov_factors, ov_matrix, qk_factors, qk_matrix,
                                svd_dense, svd_of_product)
-from helpers.singular.identities import identity_errors
+from helpers.singular.directions.identities import identity_errors
 from helpers.core.weights import layer_weights
 from tests.conftest import TINY_MODELS, cached_run
 
@@ -113,7 +113,7 @@ def test_layer_svds_have_the_counted_ranks(name):
 
 
 def test_layers_without_kept_vectors_keep_the_same_spectra_and_no_directions():
-    from helpers.singular.augmented import augmented_svds, spectra_frame
+    from helpers.singular.directions.augmented import augmented_svds, spectra_frame
 
     model, _, _, _ = cached_run(TINY_MODELS[0], "fold_norm")
     full = augmented_svds(model)

@@ -4,8 +4,8 @@ from types import SimpleNamespace
 import pytest
 
 from helpers.tiled.corpus import sample_tokens
-from helpers.singular.training import TrainConfig, masking_run
-from helpers.singular.masks import AblationRule, MaskedModel
+from helpers.singular.masking.training import TrainConfig, masking_run
+from helpers.singular.masking.masks import AblationRule, MaskedModel
 from helpers.core.models import gpt2_tokenizer
 from helpers.tiled.sites import all_sites, check_layers
 from helpers.singular.tasks import make_task

@@ -53,8 +53,8 @@ def test_a_verified_file_that_cannot_be_read_is_an_error_naming_it_and_the_fix(t
 
 
 def test_damaged_trained_masks_are_retrained_not_loaded(tmp_path, monkeypatch):
-    from helpers.singular.training import TrainConfig, masking_run
-    from helpers.singular.masks import AblationRule, MaskedModel
+    from helpers.singular.masking.training import TrainConfig, masking_run
+    from helpers.singular.masking.masks import AblationRule, MaskedModel
     from helpers.core.models import load_model
 
     monkeypatch.setenv("SVDIRS_CACHE", str(tmp_path))

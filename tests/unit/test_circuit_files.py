@@ -7,15 +7,15 @@ import pytest
 import torch
 
 from helpers import evaluate
-from helpers.singular import circuit_evaluation
+from helpers.singular.masking import circuit_evaluation
 from helpers.core.models import load_model
-from helpers.singular.circuit_files import (CircuitFileError, circuit_prompts, load_circuit, make_circuit,
+from helpers.singular.masking.circuit_files import (CircuitFileError, circuit_prompts, load_circuit, make_circuit,
                                             save_circuit)
-from helpers.singular.circuits import CircuitEvaluator, evaluate_circuit
-from helpers.singular.masks import DirectionMasks, FixedMasks, MaskedModel
-from helpers.singular.scoring import (PERCENTS, FaithfulnessScorer, area, cpr_cmd, faithfulness, metric_ends,
+from helpers.singular.masking.circuits import CircuitEvaluator, evaluate_circuit
+from helpers.singular.masking.masks import DirectionMasks, FixedMasks, MaskedModel
+from helpers.singular.masking.scoring import (PERCENTS, FaithfulnessScorer, area, cpr_cmd, faithfulness, metric_ends,
                                       n_at_percent, random_scores, top_percent)
-from helpers.singular.training import MaskingRun
+from helpers.singular.masking.training import MaskingRun
 from tests.conftest import cached_model
 
 RUN = MaskingRun(n_prompts=24, steps=2, batch=4)
@@ -187,7 +187,7 @@ def test_fresh_prompts_leave_out_every_prompt_of_the_circuits_run(monkeypatch):
 
 
 def test_receptors_are_marked_in_or_out_of_the_circuit_against_its_base_rate():
-    from helpers.singular.circuit_files import Circuit, kept_fraction, mark_in_circuit
+    from helpers.singular.masking.circuit_files import Circuit, kept_fraction, mark_in_circuit
 
     kept = {"0_ov": torch.tensor([[True, False], [False, False]]), "1_ov": torch.tensor([[False, False], [False, True]]),
             "0_mlp_out": torch.tensor([True, True, True])}
@@ -202,7 +202,7 @@ def test_receptors_are_marked_in_or_out_of_the_circuit_against_its_base_rate():
 
 
 def test_the_evaluator_attacks_a_circuit_file_when_asked_and_records_the_attacks_settings(tmp_path):
-    from helpers.singular.adversary import ATTACK_RULES
+    from helpers.singular.validation.adversary import ATTACK_RULES
 
     model, _, _, circuit, _, _ = trained_circuit()
     path = save_circuit(circuit, tmp_path / "c.safetensors")

@@ -3,9 +3,9 @@ import pandas as pd
 import pytest
 import torch
 
-from helpers.singular.circuits import (CircuitEvaluator, binarise_top, kept_by_kind, kept_mlp_per_layer, kept_per_head,
+from helpers.singular.masking.circuits import (CircuitEvaluator, binarise_top, kept_by_kind, kept_mlp_per_layer, kept_per_head,
                                   point_at_kl, random_like)
-from helpers.singular.masks import AblationRule, DirectionMasks, FixedMasks, MaskedModel
+from helpers.singular.masking.masks import AblationRule, DirectionMasks, FixedMasks, MaskedModel
 from helpers.singular.tasks import greater_than_task, ioi_task
 from tests.conftest import cached_model
 
@@ -64,10 +64,10 @@ def test_point_at_kl_is_the_sparsest_circuit_under_the_threshold():
 
 
 def test_alpha_sweep_evaluates_the_circuit_each_training_found(tmp_path, monkeypatch):
-    from helpers.singular.circuits import CircuitEvaluator, evaluate_circuit
-    from helpers.singular.training import alpha_sweep
-    from helpers.singular.training import TrainConfig
-    from helpers.singular.masks import AblationRule, FixedMasks, MaskedModel
+    from helpers.singular.masking.circuits import CircuitEvaluator, evaluate_circuit
+    from helpers.singular.masking.training import alpha_sweep
+    from helpers.singular.masking.training import TrainConfig
+    from helpers.singular.masking.masks import AblationRule, FixedMasks, MaskedModel
     from helpers.singular.tasks import make_task
 
     monkeypatch.setenv("SVDIRS_CACHE", str(tmp_path))
@@ -182,7 +182,7 @@ def test_a_circuit_with_the_same_values_is_run_once_and_any_change_is_run_again(
 
 
 def test_a_circuit_beats_its_random_control_at_the_ratio_and_never_a_control_that_loses_nothing():
-    from helpers.singular.circuits import beats_random_by
+    from helpers.singular.masking.circuits import beats_random_by
 
     assert beats_random_by(0.125, 0.375, 3.0) and not beats_random_by(0.125, 0.37499, 3.0)  # at, and just short of, 3×
     assert not beats_random_by(0.0, 0.0, 3.0) and beats_random_by(0.0, 1e-9, 3.0)

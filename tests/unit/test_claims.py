@@ -169,7 +169,7 @@ def test_the_next_sparser_circuit_is_found_by_counts_not_rounded_fractions():
 # --- no finding written by hand ---------------------------------------------------------------------------
 
 PROSE_MODULES = ("helpers/results/claims.py", "helpers/results/conclusions.py", "helpers/results/documents.py", "helpers/core/feasibility.py",
-                 "helpers/singular/validation.py")
+                 "helpers/singular/validation/verdicts.py")
 PAPER_QUOTES = {  # numbers that name something, not findings: a head's name, a citation, a claim as the paper words it
     "9.6": "head 9.6, the paper's case-study head",
     "2511.20273": "paper 1's arXiv id", "2608.06969": "paper 2's arXiv id",

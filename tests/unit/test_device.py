@@ -87,8 +87,8 @@ def test_cache_keys_gain_the_numerics_off_the_cpu_only(monkeypatch):
 def test_a_cpu_mask_key_is_the_one_masks_always_had_and_a_gpu_key_differs(monkeypatch):
     """The key of a CPU training is the digest of the record it always was (so the masks cached before
     devices were recorded stay valid); a training on a GPU gets another key."""
-    from helpers.singular import training
-    from helpers.singular.masks import AblationRule
+    from helpers.singular.masking import training
+    from helpers.singular.masking.masks import AblationRule
     from helpers.singular.tasks import ioi_task
 
     model = cached_model("tiny-llama", "fold_norm")
@@ -129,10 +129,10 @@ def test_a_loaded_model_its_tokens_and_its_tasks_are_on_its_device(device):
 
 def test_masks_training_and_evaluation_follow_the_models_device(device, tmp_path, monkeypatch):
     from helpers.core.cache import CACHE_ENV
-    from helpers.singular.circuits import CircuitEvaluator, evaluate_circuit
-    from helpers.singular.masks import AblationRule, FixedMasks, MaskedModel
+    from helpers.singular.masking.circuits import CircuitEvaluator, evaluate_circuit
+    from helpers.singular.masking.masks import AblationRule, FixedMasks, MaskedModel
     from helpers.singular.tasks import ioi_task
-    from helpers.singular.training import TrainConfig, train_masks
+    from helpers.singular.masking.training import TrainConfig, train_masks
 
     monkeypatch.setenv(CACHE_ENV, str(tmp_path))
     model = cached_model("tiny-llama", "fold_norm", device)

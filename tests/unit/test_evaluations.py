@@ -10,7 +10,7 @@ import pytest
 from helpers import evaluations
 from helpers.results import circuit_reports
 from helpers.core.cache import sha256_file
-from helpers.singular.circuit_files import load_circuit, save_circuit
+from helpers.singular.masking.circuit_files import load_circuit, save_circuit
 from tests.unit.test_circuit_files import trained_circuit
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,8 +38,8 @@ def test_reports_are_written_then_reused_and_redone_only_when_an_input_changes(t
     assert "not comparable with MIB" in report.with_suffix(".txt").read_text()
     assert "| test |" in (figures / "evaluations" / "table.md").read_text()
 
-    import helpers.singular.circuit_evaluation
-    monkeypatch.setattr(helpers.singular.circuit_evaluation, "evaluate_file", lambda *a, **k: pytest.fail("a current report was rescored"))
+    import helpers.singular.masking.circuit_evaluation
+    monkeypatch.setattr(helpers.singular.masking.circuit_evaluation, "evaluate_file", lambda *a, **k: pytest.fail("a current report was rescored"))
     assert evaluations.main(["--figures", str(figures)]) == 0
     assert evaluations.main(["--figures", str(figures), "--check"]) == 0
     assert "current, reused" in capsys.readouterr().out
@@ -50,7 +50,7 @@ def test_reports_are_written_then_reused_and_redone_only_when_an_input_changes(t
 
 
 def test_adversarial_reports_carry_the_attack_and_stay_current_without_the_option(tmp_path, monkeypatch, capsys):
-    import helpers.singular.circuit_evaluation
+    import helpers.singular.masking.circuit_evaluation
 
     monkeypatch.setattr(circuit_reports, "SETTINGS", SMALL)
     short = tmp_path / "attack.toml"  # the declared rules with a shorter attack, so that the test takes seconds
@@ -68,7 +68,7 @@ def test_adversarial_reports_carry_the_attack_and_stay_current_without_the_optio
     assert {"under_rule_kl", "stochastic", "curve", "best_kl", "survives"} <= set(saved["attack"])
     assert "under attack" in report.with_suffix(".txt").read_text()
     assert re.search(r"\| (survives|breaks) 4 steps \(\d\.\d{3}\) \|", (figures / "evaluations" / "table.md").read_text())
-    monkeypatch.setattr(helpers.singular.circuit_evaluation, "evaluate_file", lambda *a, **k: pytest.fail("a current report was rescored"))
+    monkeypatch.setattr(helpers.singular.masking.circuit_evaluation, "evaluate_file", lambda *a, **k: pytest.fail("a current report was rescored"))
     assert evaluations.main(["--figures", str(figures), "--check"]) == 0  # the attack is more, never less
     assert evaluations.main(["--figures", str(figures), "--adversarial", "--check"]) == 0
     short.write_text(short.read_text().replace("checkpoints = [2, 4]", "checkpoints = [2, 5]"))  # other rules: stale
@@ -77,7 +77,7 @@ def test_adversarial_reports_carry_the_attack_and_stay_current_without_the_optio
 
 def test_a_circuit_file_with_the_same_bytes_as_a_scored_one_takes_its_report_under_its_own_name(
         tmp_path, monkeypatch, capsys):
-    import helpers.singular.circuit_evaluation
+    import helpers.singular.masking.circuit_evaluation
 
     monkeypatch.setattr(circuit_reports, "SETTINGS", SMALL)
     figures, circuit = figures_with_a_circuit(tmp_path)
@@ -90,8 +90,8 @@ def test_a_circuit_file_with_the_same_bytes_as_a_scored_one_takes_its_report_und
                          figures / "02_masking-ioi-zz-other" / "circuits" / circuit.name)
     (other.parents[1] / "summary.json").write_text(json.dumps(dict(circuit_files=[dict(file=other.name,
                                                                                         sha256=sha256_file(other))])))
-    calls, scoring = [], helpers.singular.circuit_evaluation.evaluate_file
-    monkeypatch.setattr(helpers.singular.circuit_evaluation, "evaluate_file", lambda path, *a, **k: calls.append(path) or scoring(path, *a, **k))
+    calls, scoring = [], helpers.singular.masking.circuit_evaluation.evaluate_file
+    monkeypatch.setattr(helpers.singular.masking.circuit_evaluation, "evaluate_file", lambda path, *a, **k: calls.append(path) or scoring(path, *a, **k))
     assert evaluations.main(["--figures", str(figures)]) == 0
     assert calls == [copy, other]  # the first in run order is scored, its twin is not; other bytes are
     first, second = (circuit_reports.report_path(figures, p.parents[1].name, p) for p in (copy, circuit))

@@ -11,8 +11,8 @@ import pytest
 
 from helpers.core.feasibility import (Reach, chance_jaccard, identities_reach, jaccard_range, specificity_reach,
                                  sparsity_reach, weights_reach)
-from helpers.singular import validation
-from helpers.singular.adversary import load_attack_rules
+from helpers.singular.validation import verdicts as validation
+from helpers.singular.validation.adversary import load_attack_rules
 
 ROOT = Path(__file__).resolve().parents[2]
 N = 86_730  # SmolLM2-135M's augmented singular directions (notebook 02's total_directions)
@@ -255,7 +255,7 @@ def test_the_matched_rule_at_its_boundary_and_its_declared_ratio():
 def test_matched_overlaps_cut_every_circuit_to_k_and_count_by_hand():
     import torch
 
-    from helpers.singular.masks import DirectionMasks
+    from helpers.singular.masking.masks import DirectionMasks
     from tests.conftest import cached_model
 
     model = cached_model("tiny-llama", "fold_norm")

@@ -235,7 +235,7 @@ def test_shapes_read_gpt2_and_gemma2_configs_in_the_projects_names():
 def test_a_plant_forgets_the_weights_digest_taken_before_it():
     from types import SimpleNamespace
 
-    from helpers.singular.planted import apply_plant
+    from helpers.singular.validation.planted import apply_plant
 
     model = load_model("tiny-llama", seed=0)  # d_model 32, 4 heads of 8, 2 KV groups
     before = model.weights_sha256

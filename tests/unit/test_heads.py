@@ -3,11 +3,11 @@ import pandas as pd
 import pytest
 import torch
 
-from helpers.singular.circuits import CircuitEvaluator
-from helpers.singular.heads import (HeadReading, _matched_controls, ablation_effects, attention_spectra, by_role,
+from helpers.singular.masking.circuits import CircuitEvaluator
+from helpers.singular.heads.case_study import (HeadReading, _matched_controls, ablation_effects, attention_spectra, by_role,
                                 candidate_ranking, choose_control_head, end_attention, end_attention_by_prompt,
                                 margin_table, meets_name_mover, name_mover_table, specificity, subfunction_evidence)
-from helpers.singular.masks import AblationRule, FixedMasks, MaskedModel
+from helpers.singular.masking.masks import AblationRule, FixedMasks, MaskedModel
 from helpers.singular.tasks import ioi_task
 from tests.conftest import cached_model
 
@@ -137,7 +137,7 @@ def test_subfunction_evidence_follows_its_declared_criteria():
 
 
 def test_end_attention_is_the_answer_rows_attention_at_each_roles_position():
-    from helpers.singular.heads import end_attention
+    from helpers.singular.heads.case_study import end_attention
     from helpers.singular.tasks import ioi_positions
 
     model = cached_model("tiny-gpt2", "fold_norm")
@@ -254,7 +254,7 @@ def test_matched_controls_of_equal_distance_are_taken_in_index_order():
 # --- effect sizes (EFFECT_RULE) ------------------------------------------------------------------------------
 
 def test_a_directions_effect_interval_and_the_heads_own_effect_match_the_evaluators_means():
-    from helpers.singular.heads import head_ablation_effect, per_prompt_metric
+    from helpers.singular.heads.case_study import head_ablation_effect, per_prompt_metric
 
     model = cached_model("tiny-llama", "fold_norm")
     task = ioi_task(model, 8, seed=1)
@@ -272,7 +272,7 @@ def test_a_directions_effect_interval_and_the_heads_own_effect_match_the_evaluat
 
 
 def test_the_bootstrap_interval_of_a_mean_by_hand_and_by_the_normal_approximation():
-    from helpers.singular.heads import mean_interval
+    from helpers.singular.heads.case_study import mean_interval
 
     assert mean_interval(torch.full((10,), 0.25)) == (0.25, 0.25, 0.25)
     values = torch.tensor([-1.0, 1.0] * 200, dtype=torch.float64)  # mean 0, sd 1: 95 % of the mean ≈ ±1.96 / √400
@@ -286,7 +286,7 @@ def effect_rows(*intervals, beyond=True):
 
 
 def test_a_direction_matters_only_when_its_whole_interval_lies_beyond_the_floor():
-    from helpers.singular.heads import EFFECT_RULE, effect_floor, with_effect_sizes
+    from helpers.singular.heads.case_study import EFFECT_RULE, effect_floor, with_effect_sizes
 
     assert EFFECT_RULE == dict(share_of_head=0.1, level=0.95)
     assert effect_floor(-0.3, 0.01) == pytest.approx(0.03) and effect_floor(0.3, 0.05) == 0.05
@@ -298,7 +298,7 @@ def test_a_direction_matters_only_when_its_whole_interval_lies_beyond_the_floor(
 
 
 def test_both_heads_are_judged_against_their_own_floors_and_the_studied_one_against_the_controls_effects():
-    from helpers.singular.heads import judged_subfunctions
+    from helpers.singular.heads.case_study import judged_subfunctions
 
     roles = ["BOS", "IO", "S1", "S2", "end", "other"]
     ov = pd.DataFrame([[0.1, 3.0, 0.2, 0.1, 0.0, 0.1]], columns=roles).assign(bias=0.0)

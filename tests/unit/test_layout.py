@@ -41,3 +41,24 @@ def test_the_check_sees_a_package_that_imports_a_command(tmp_path):
     module = tmp_path / "m.py"
     module.write_text("def f():\n    from helpers.evaluate import main\n")
     assert "helpers.evaluate" in imported(module)
+
+
+def test_the_readme_module_map_names_every_module():
+    """Each module of a package is in README's module map: as ``package.module``, or, for a part of ``singular``,
+    in its part's row. ``figures`` is described as a whole (style, each paper's plots, the summary figures)."""
+    readme = (HELPERS.parent / "README.md").read_text()
+    table = readme[readme.index("| module | one idea |"):]
+    table = table[:table.index("\n\n")]
+    rows = {row.split(" | ")[0].strip("| *`"): row for row in table.splitlines()[2:]}
+    missing = []
+    for path in sorted(HELPERS.glob("*/**/*.py")):
+        parts = path.relative_to(HELPERS).with_suffix("").parts
+        if parts[-1] in ("__init__", "__main__") or parts[0] == "figures":
+            continue
+        if len(parts) == 3:
+            found = f"`{parts[2]}`" in rows.get(f"{parts[0]}.{parts[1]}", "")
+        else:
+            found = f"`{'.'.join(parts)}`" in table
+        if not found:
+            missing.append(".".join(parts))
+    assert not missing, f"README's module map does not name {missing}"

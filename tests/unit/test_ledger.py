@@ -6,12 +6,12 @@ import pandas as pd
 import pytest
 import torch
 
-from helpers.singular.circuits import CircuitEvaluator
-from helpers.singular.ledger import PAPER_KEPT, STEPS, factor_table, largest_move, relative_sparsity
-from helpers.singular.masks import AblationRule, DirectionMasks, FixedMasks, MaskedModel
-from helpers.singular.references import kl_to_full
+from helpers.singular.masking.circuits import CircuitEvaluator
+from helpers.singular.masking.ledger import PAPER_KEPT, STEPS, factor_table, largest_move, relative_sparsity
+from helpers.singular.masking.masks import AblationRule, DirectionMasks, FixedMasks, MaskedModel
+from helpers.singular.masking.references import kl_to_full
 from helpers.singular.tasks import ioi_task
-from helpers.singular.training import PAPER_RECIPE, MaskingRun
+from helpers.singular.masking.training import PAPER_RECIPE, MaskingRun
 from tests.conftest import cached_model
 
 M_OV, M_MLP, M_QK = 0.6, 5e-4, 0.3  # soft masks of layer 0's OV, MLP-out and QK directions

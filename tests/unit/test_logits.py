@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from helpers.core.logits import lens, logits_at
-from helpers.singular.masks import MaskedModel
-from helpers.singular.receptors import final_norm_scale
-from helpers.singular.steering import DIRECT_HOOK, steered_final_logits
+from helpers.singular.masking.masks import MaskedModel
+from helpers.singular.heads.receptors import final_norm_scale
+from helpers.singular.heads.steering import DIRECT_HOOK, steered_final_logits
 from helpers.singular.tasks import gender_task
 from tests.conftest import cached_model, final_residual
 

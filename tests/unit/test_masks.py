@@ -2,14 +2,14 @@
 import pytest
 import torch
 
-from helpers.singular.augmented import direction_shapes
-from helpers.singular.masks import COEFFICIENT_HOOKS, AblationRule, DirectionMasks, FixedMasks, MaskedModel
+from helpers.singular.directions.augmented import direction_shapes
+from helpers.singular.masking.masks import COEFFICIENT_HOOKS, AblationRule, DirectionMasks, FixedMasks, MaskedModel
 from helpers.core.models import load_model
 from helpers.singular.tasks import ioi_task
 from tests.conftest import TINY_MODELS, cached_model
 
 def test_the_papers_rule_is_qk_zero_at_all_positions_and_ov_mlp_corrupted_at_the_answer():
-    from helpers.singular.masks import KINDS
+    from helpers.singular.masking.masks import KINDS
 
     rule = AblationRule.paper()
     assert "qk" in KINDS and {"ov", "mlp_out"} <= set(KINDS)
@@ -109,7 +109,7 @@ def test_zero_qk_masks_zero_the_queries(name):
 
 def test_one_masked_qk_direction_removes_its_term_from_the_bilinear_form():
     """Hand case: masking direction k of head h changes the pre-rotation score by −σ_k (x̃_i·u_k)(x̃_j·v_k)."""
-    from helpers.singular.augmented import homogeneous, layer_svds
+    from helpers.singular.directions.augmented import homogeneous, layer_svds
     from helpers.core.weights import input_hook, layer_weights
 
     model, masked, task, _ = setup("tiny-gpt2", n=2)  # GPT-2: no rotation, scores are the bilinear form
@@ -146,7 +146,7 @@ def test_transformer_lens_processing_is_refused_with_the_fix():
 
 
 def test_trained_masks_are_saved_and_a_rerun_with_the_same_configuration_loads_them(tmp_path, monkeypatch):
-    from helpers.singular.training import TrainConfig, train_masks
+    from helpers.singular.masking.training import TrainConfig, train_masks
 
     monkeypatch.setenv("SVDIRS_CACHE", str(tmp_path))
     model, masked, task, _ = setup("tiny-llama", n=8)
@@ -214,7 +214,7 @@ def test_parametrisation_and_init_are_checked():
 
 
 def test_hard_concrete_training_is_seeded_cached_apart_and_ends_in_eval_mode(tmp_path, monkeypatch):
-    from helpers.singular.training import TrainConfig, train_masks
+    from helpers.singular.masking.training import TrainConfig, train_masks
 
     monkeypatch.setenv("SVDIRS_CACHE", str(tmp_path))
     model, masked, task, _ = setup("tiny-llama", n=8)

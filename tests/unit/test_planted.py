@@ -1,4 +1,4 @@
-"""Planted mechanisms (helpers.singular.planted, helpers.singular.planted_recovery): the task, the weight surgery
+"""Planted mechanisms (helpers.singular.validation.planted, helpers.singular.validation.planted_recovery): the task, the weight surgery
 and its ground truth on the tiny Llama, and every score and rule of notebook 08 against hand-computed cases and
 brute-force oracles, at each rule's boundary."""
 import itertools
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from helpers.singular import planted as P
-from helpers.singular import planted_recovery as R
+from helpers.singular.validation import planted as P
+from helpers.singular.validation import planted_recovery as R
 from tests.conftest import cached_model
 
 RULES = R.load_plant_rules()
@@ -324,8 +324,8 @@ def test_plant_and_recover_runs_and_ablating_the_plant_removes_it(tiny):
     """The whole of one plant at the fast sizes: the row carries every score, a same-count random set beside
     the ground truth, and mean-ablating the ground truth brings the metric back nearer the unplanted model's than
     the random set does."""
-    from helpers.singular.masks import AblationRule, MaskedModel
-    from helpers.singular.training import MaskingRun
+    from helpers.singular.masking.masks import AblationRule, MaskedModel
+    from helpers.singular.masking.training import MaskingRun
 
     run = MaskingRun.declared(fast=True)
     rules = {**RULES, "plant": {**RULES["plant"], "n_pairs": 4}}  # the tiny head (d_head 8) holds 4 pairs and their controls

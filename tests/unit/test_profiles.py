@@ -6,7 +6,7 @@ import pytest
 
 from helpers.pipeline.profiles import profile_parameters
 from helpers.pipeline.runs import BY_HAND, load_runs, out_folder, run_name
-from helpers.singular.circuit_files import default_circuit, masking_run_folder
+from helpers.singular.masking.circuit_files import default_circuit, masking_run_folder
 
 
 def test_the_full_profile_changes_nothing_and_the_workshop_one_takes_the_runs_table():

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from helpers.singular.quantization import grid_steps, layer_error_std, noise_floor
+from helpers.singular.directions.quantization import grid_steps, layer_error_std, noise_floor
 from tests.conftest import cached_model
 
 

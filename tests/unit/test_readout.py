@@ -1,7 +1,7 @@
 import torch
 
 from helpers.core.logits import lens
-from helpers.singular.readout import top_tokens
+from helpers.singular.directions.readout import top_tokens
 from tests.conftest import cached_model
 
 
@@ -17,8 +17,8 @@ def test_direction_through_unembedding_promotes_the_token_it_was_built_from():
 
 
 def test_one_lens_product_reads_each_direction_as_it_reads_alone():
-    from helpers.singular.augmented import augmented_svds
-    from helpers.singular.readout import readout_table, top_tokens_of
+    from helpers.singular.directions.augmented import augmented_svds
+    from helpers.singular.directions.readout import readout_table, top_tokens_of
 
     model = cached_model("tiny-llama", "fold_norm")
     directions = torch.randn(5, model.d_model, generator=torch.Generator().manual_seed(0))

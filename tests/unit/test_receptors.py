@@ -3,11 +3,11 @@ match the model's own hook values and read-out."""
 import pytest
 import torch
 
-from helpers.singular.masks import MaskedModel
+from helpers.singular.masking.masks import MaskedModel
 from helpers.core.logits import lens
-from helpers.singular.receptors import (answer_ov_coefficients, contrast_vector, final_norm_scale, find_receptors, footprints,
+from helpers.singular.heads.receptors import (answer_ov_coefficients, contrast_vector, final_norm_scale, find_receptors, footprints,
                                ioi_slot_contrast, ov_write_directions, statistics_at)
-from helpers.singular.steering import DIRECT_HOOK, steered_final_logits
+from helpers.singular.heads.steering import DIRECT_HOOK, steered_final_logits
 from helpers.singular.tasks import gender_task, ioi_task
 from helpers.core.weights import layer_weights
 from tests.conftest import cached_model, final_residual
@@ -42,7 +42,7 @@ def test_the_planted_receptor_is_found_first_and_the_decoys_are_not():
 
 
 def test_separation_and_score_against_a_hand_computation():
-    from helpers.singular.receptors import receptor_statistics
+    from helpers.singular.heads.receptors import receptor_statistics
 
     values = torch.tensor([1.0, 3.0, 6.0, 6.0, 9.0, 9.0])  # class A: 1, 3 (var 2); class B: 6, 6, 9, 9 (var 3)
     is_a = torch.tensor([True, True, False, False, False, False])

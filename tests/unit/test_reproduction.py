@@ -210,7 +210,7 @@ def test_the_comparative_rules_say_no_on_cases_known_to_be_no():
     """A second seed of the task posed as its nonsense overlaps as much as seeds do, and the trained model posed as
     its own weight control needs the same count: both rules must say no, whatever the run."""
     from helpers.results.documents import known_no
-    from helpers.singular.adversary import load_attack_rules
+    from helpers.singular.validation.adversary import load_attack_rules
     from tests.unit.test_validation import seven_summary
 
     rules = load_attack_rules()
@@ -236,7 +236,7 @@ def test_the_results_page_has_one_reachability_row_per_verdict_rule():
 
 
 def planted_summary():
-    from helpers.singular.planted_recovery import load_plant_rules
+    from helpers.singular.validation.planted_recovery import load_plant_rules
 
     rules = {k: v for k, v in load_plant_rules().items() if k != "sites"}
     share = lambda low, high: dict(share=(low + high) / 2, low=low, high=high, gain=2.0)  # noqa: E731

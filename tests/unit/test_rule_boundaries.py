@@ -8,11 +8,11 @@ import pandas as pd
 import pytest
 import torch
 
-from helpers.singular.circuits import point_at_kl
-from helpers.singular.heads import subfunction_evidence
-from helpers.singular.masks import FixedMasks
-from helpers.singular.receptors import find_receptors, receptor_statistics
-from helpers.singular.references import kl_to_full
+from helpers.singular.masking.circuits import point_at_kl
+from helpers.singular.heads.case_study import subfunction_evidence
+from helpers.singular.masking.masks import FixedMasks
+from helpers.singular.heads.receptors import find_receptors, receptor_statistics
+from helpers.singular.masking.references import kl_to_full
 from helpers.tiled.thresholds import load_thresholds
 from helpers.tiled.verdicts import rule_a, rule_b1, rule_c1
 from helpers.results.workshop_checks import CRITERIA, attack_rows, circuit_rows

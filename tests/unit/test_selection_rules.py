@@ -7,14 +7,14 @@ import pandas as pd
 import pytest
 import torch
 
-from helpers.singular.attribution import GPT2_IOI_HEADS, boxed_heads
-from helpers.singular.circuits import boxed_mass, circuit_for_heatmaps
-from helpers.singular.heads import choose_directions, resolve_case_study_head
-from helpers.singular.masks import MaskedModel
-from helpers.singular.receptors import (answer_ov_coefficients, contrast_vector, final_norm_scale, find_receptors, fitted_and_rescored,
+from helpers.singular.heads.attribution import GPT2_IOI_HEADS, boxed_heads
+from helpers.singular.masking.circuits import boxed_mass, circuit_for_heatmaps
+from helpers.singular.heads.case_study import choose_directions, resolve_case_study_head
+from helpers.singular.masking.masks import MaskedModel
+from helpers.singular.heads.receptors import (answer_ov_coefficients, contrast_vector, final_norm_scale, find_receptors, fitted_and_rescored,
                                         footprints, ov_write_directions, statistics_at)
 from helpers.singular.tasks import gender_task, token_id
-from helpers.singular.training import FAST_MASKING, MaskingRun, TrainConfig
+from helpers.singular.masking.training import FAST_MASKING, MaskingRun, TrainConfig
 from tests.conftest import cached_model
 
 

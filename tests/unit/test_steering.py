@@ -4,9 +4,9 @@ import pandas as pd
 import pytest
 import torch
 
-from helpers.singular.masks import MaskedModel
-from helpers.singular.receptors import answer_ov_coefficients, ov_write_directions
-from helpers.singular.steering import (DIRECT_HOOK, additions_at, direction_preview, dose_response, equal_norm_random,
+from helpers.singular.masking.masks import MaskedModel
+from helpers.singular.heads.receptors import answer_ov_coefficients, ov_write_directions
+from helpers.singular.heads.steering import (DIRECT_HOOK, additions_at, direction_preview, dose_response, equal_norm_random,
                               explorer, layer_hook, outcome, prompts_to_flip, receptor_shifts, steered_final_logits)
 from helpers.singular.tasks import gender_task
 from tests.conftest import cached_model

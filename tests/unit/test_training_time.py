@@ -1,13 +1,13 @@
-"""Where a masking run's masks came from (helpers.singular.training_time), on a tiny model."""
+"""Where a masking run's masks came from (helpers.singular.masking.training_time), on a tiny model."""
 import json
 
 import pytest
 import torch
 
 from helpers.core.cache import DamagedCacheWarning, checksum_path
-from helpers.singular.masks import MaskedModel
-from helpers.singular.training import MaskingRun, masking_prompts
-from helpers.singular.training_time import mask_cache_path, time_path, timed_masking_run
+from helpers.singular.masking.masks import MaskedModel
+from helpers.singular.masking.training import MaskingRun, masking_prompts
+from helpers.singular.masking.training_time import mask_cache_path, time_path, timed_masking_run
 from tests.conftest import cached_model
 
 RUN = MaskingRun(n_prompts=16, steps=2, batch=4)

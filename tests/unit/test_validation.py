@@ -1,13 +1,13 @@
-"""Notebook 07's pieces (helpers.singular.validation): which circuits are attacked, the controls, the verdicts."""
+"""Notebook 07's pieces (helpers.singular.validation.verdicts): which circuits are attacked, the controls, the verdicts."""
 import pandas as pd
 import pytest
 import torch
 
-from helpers.singular.adversary import load_attack_rules
-from helpers.singular.masks import FixedMasks, MaskedModel
+from helpers.singular.validation.adversary import load_attack_rules
+from helpers.singular.masking.masks import FixedMasks, MaskedModel
 from helpers.singular.tasks import ioi_task
-from helpers.singular.training import MaskingRun
-from helpers.singular.validation import (attack_targets, findings, judged, nonsense_controls, scored_masks,
+from helpers.singular.masking.training import MaskingRun
+from helpers.singular.validation.verdicts import (attack_targets, findings, judged, nonsense_controls, scored_masks,
                                          seed_overlaps, smallest_count_within, specificity, verdict_line,
                                          weight_controls, weights_matter, with_attack_overrides)
 from helpers.tiled.sites import control_model
@@ -59,7 +59,7 @@ def test_the_weights_matter_only_when_every_control_needs_the_declared_multiple(
 
 
 def test_a_mistyped_weight_rule_or_attack_override_is_refused(tmp_path):
-    from helpers.singular.adversary import ATTACK_RULES
+    from helpers.singular.validation.adversary import ATTACK_RULES
 
     path = tmp_path / "rules.toml"
     path.write_text(ATTACK_RULES.read_text().replace("min_ratio = 1.5", "min_ratio = 1.5\nmin_ration = 2"))
@@ -95,8 +95,8 @@ def test_a_weight_control_changes_the_weights_and_every_cache_key_that_names_the
 
 
 def test_the_binarised_masks_of_a_circuit_file_are_its_kept_set(tmp_path):
-    from helpers.singular.circuit_files import load_circuit, make_circuit, save_circuit
-    from helpers.singular.masks import DirectionMasks
+    from helpers.singular.masking.circuit_files import load_circuit, make_circuit, save_circuit
+    from helpers.singular.masking.masks import DirectionMasks
 
     model = cached_model("tiny-llama", "fold_norm")
     task = ioi_task(model, 8, seed=1)
@@ -207,7 +207,7 @@ def test_task_specificity_at_matched_size_supersedes_the_size_blind_rule_in_the_
     assert "task-specific at matched size: yes (every circuit cut to 300 of 1,000 directions" in line
     assert "the size-blind Jaccard rule: yes" in line
     assert seven_summary(matched=rows(0.3))["verdicts"]["task_specific_matched"] is False
-    from helpers.singular.validation import controls_title
+    from helpers.singular.validation.verdicts import controls_title
 
     # the figure's title follows the rule that stands: matched size says NOT where the size-blind rule says yes
     assert controls_title("ioi", specific["verdicts"]).startswith("ioi: the circuit is task-specific;")
@@ -225,7 +225,7 @@ def nested_rows(learned, random):
 
 
 def test_the_calibration_says_yes_only_when_the_learned_ranking_holds_at_a_strictly_smaller_share():
-    from helpers.singular.validation import calibration
+    from helpers.singular.validation.verdicts import calibration
 
     better = calibration(nested_rows([True, True, True, False], [True, True, False, False]))
     assert better["smallest_surviving"] == {"learned": 0.95, "random": 0.99} and better["ranking_holds_better"]

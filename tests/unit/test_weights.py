@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from helpers.singular.identities import centred_if_processed
+from helpers.singular.directions.identities import centred_if_processed
 from helpers.core.models import PROCESSINGS
 from helpers.core.weights import input_hook, layer_weights, unembedding
 from tests.conftest import TINY_MODELS, cached_run

@@ -13,7 +13,7 @@ import contextlib
 
 import torch
 
-from helpers.singular.augmented import mlp_in_matrices, mlp_out_matrix, ov_factors, qk_factors, svd_of_product
+from helpers.singular.directions.augmented import mlp_in_matrices, mlp_out_matrix, ov_factors, qk_factors, svd_of_product
 from helpers.core.weights import layer_weights
 
 GROUP = 16

@@ -13,9 +13,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-from helpers.singular.augmented import homogeneous, numerically_zero, ov_factors, qk_factors, svd_of_product
-from helpers.singular.circuits import CircuitEvaluator
-from helpers.singular.masks import FixedMasks
+from helpers.singular.directions.augmented import homogeneous, numerically_zero, ov_factors, qk_factors, svd_of_product
+from helpers.singular.masking.circuits import CircuitEvaluator
+from helpers.singular.masking.masks import FixedMasks
 from helpers.singular.tasks import ioi_positions
 from helpers.core.weights import input_hook, layer_weights
 
@@ -191,7 +191,7 @@ class HeadReading:
 
     def written_contrast(self, contrast: torch.Tensor) -> torch.Tensor:
         """[n, r] what each OV direction writes onto a per-prompt logit contrast [n, d] (e.g. w_IO − w_S from
-        ``helpers.singular.receptors.contrast_vector``) through the direct path: a_k (v_k · contrast)."""
+        ``helpers.singular.heads.receptors.contrast_vector``) through the direct path: a_k (v_k · contrast)."""
         return self.ov_coefficients * (contrast.double() @ self.ov_V)
 
 
@@ -257,8 +257,8 @@ a subfunction the head carries should move."""
 def _ablated(evaluator: CircuitEvaluator, circuit: FixedMasks) -> tuple[torch.Tensor, float, float]:
     """One masked forward on the evaluator's held-out prompts: the metric of each prompt [n] (float64, CPU), and
     the mean metric and mean KL exactly as ``CircuitEvaluator.evaluate`` computes them."""
-    from helpers.singular.circuits import task_metric
-    from helpers.singular.references import kl_to_full
+    from helpers.singular.masking.circuits import task_metric
+    from helpers.singular.masking.references import kl_to_full
 
     with torch.no_grad():
         logits = evaluator.masked.masked_final_logits(circuit, evaluator.rule, evaluator.task.clean,
@@ -469,7 +469,7 @@ def direction_table(model, reading: HeadReading, chosen: dict[str, list[int]], o
     """One row per chosen direction: σ, mask, mask logit, and what drives it (its dominant role); for OV also its
     mean coefficient, the IO − S logits it writes (``written`` [r]), its top source tokens and the tokens it
     promotes and suppresses as written (the lens of v_k times the sign of its mean coefficient)."""
-    from helpers.singular.readout import top_tokens
+    from helpers.singular.directions.readout import top_tokens
 
     rows = []
     for index in chosen["ov"]:

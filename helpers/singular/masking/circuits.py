@@ -4,7 +4,7 @@ A circuit is a binarised mask (kept = 1). Two ways to get circuits of many sizes
 
 - a threshold sweep of one trained set of masks (``faithfulness_curve``: keep the n largest), which
   also switches fully on or off directions the training left partly on;
-- an α sweep (``helpers.singular.training.alpha_sweep``): one training per sparsity weight α, each evaluated at its own
+- an α sweep (``helpers.singular.masking.training.alpha_sweep``): one training per sparsity weight α, each evaluated at its own
   binarisation (logit > 0), the circuit that training found.
 
 Each circuit gets the KL to the full model, the task metric and accuracy of the circuit and of the full
@@ -19,8 +19,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from helpers.singular.references import kl_to_full, prepare
-from helpers.singular.masks import AblationRule, DirectionMasks, FixedMasks, MaskedModel
+from helpers.singular.masking.references import kl_to_full, prepare
+from helpers.singular.masking.masks import AblationRule, DirectionMasks, FixedMasks, MaskedModel
 from helpers.singular.tasks import Task, logit_diff, probability_difference, with_first_digit, year_probabilities
 
 PAPER_KL = 0.21

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pandas as pd
 import torch
 
-from helpers.singular.masks import MaskedModel
+from helpers.singular.masking.masks import MaskedModel
 from helpers.singular.tasks import Task, ioi_positions
 from helpers.core.logits import token_columns
 

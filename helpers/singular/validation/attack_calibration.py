@@ -1,6 +1,6 @@
 """The adversary's positive control: a circuit known to be complete (docs/methods.md §1.9).
 
-Notebook 07's adversary (``helpers.singular.adversary``) has broken every circuit that leaves a direction out.
+Notebook 07's adversary (``helpers.singular.validation.adversary``) has broken every circuit that leaves a direction out.
 That cannot be told apart from an attack that breaks anything until a circuit known to hold has been attacked.
 The circuit here leaves out only *inert* directions, those whose singular value is numerically zero (SmolLM2: one
 OV direction per head, from the augmented bias row of a model without biases, and one per gated MLP map): they
@@ -14,10 +14,10 @@ import time
 import torch
 
 from helpers.core.weights import layer_weights
-from helpers.singular.adversary import adversarial_kl, stochastic_kl, survives
-from helpers.singular.augmented import layer_svds
-from helpers.singular.circuits import CircuitEvaluator, random_like
-from helpers.singular.masks import FixedMasks
+from helpers.singular.validation.adversary import adversarial_kl, stochastic_kl, survives
+from helpers.singular.directions.augmented import layer_svds
+from helpers.singular.masking.circuits import CircuitEvaluator, random_like
+from helpers.singular.masking.masks import FixedMasks
 
 
 def inert_circuit(model, relative: float) -> FixedMasks:

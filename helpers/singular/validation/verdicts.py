@@ -26,13 +26,13 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from helpers.singular.adversary import attacked, nested_attack, smallest_surviving_share, task_specific
-from helpers.singular.alpha_path import kept_overlap
-from helpers.singular.circuit_files import circuit_label, circuit_path, circuit_prompts, load_circuit
-from helpers.singular.circuits import CircuitEvaluator, binarise_top, evaluate_circuit, random_like
-from helpers.singular.masks import FixedMasks
-from helpers.singular.nonsense import nonsense_task
-from helpers.singular.training import train_masks
+from helpers.singular.validation.adversary import attacked, nested_attack, smallest_surviving_share, task_specific
+from helpers.singular.masking.alpha_path import kept_overlap
+from helpers.singular.masking.circuit_files import circuit_label, circuit_path, circuit_prompts, load_circuit
+from helpers.singular.masking.circuits import CircuitEvaluator, binarise_top, evaluate_circuit, random_like
+from helpers.singular.masking.masks import FixedMasks
+from helpers.singular.validation.nonsense import nonsense_task
+from helpers.singular.masking.training import train_masks
 
 
 def attack_targets(summary: dict, bound: float) -> list[dict]:
@@ -153,7 +153,7 @@ def matched_rule(path: Path | None = None) -> dict:
     """``[task_specific_matched]`` of ``data/verdict_rules.toml``: the ratio, declared before notebook 07's next run."""
     import tomllib
 
-    path = path or Path(__file__).resolve().parents[2] / "data" / "verdict_rules.toml"
+    path = path or Path(__file__).resolve().parents[3] / "data" / "verdict_rules.toml"
     with open(path, "rb") as f:
         rule = tomllib.load(f)["task_specific_matched"]
     if set(rule) != {"ratio"}:
@@ -233,7 +233,7 @@ def attack_circuits(masked, targets: list[dict], folder: str | Path, rules: dict
                     log=print) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Each target's circuit file in ``folder`` (checked against the model) and its same-count random control
     (``random_like``, seed ``control_seed``), attacked by ``rules`` on the circuit's own held-out prompts
-    (``helpers.singular.adversary.attacked``). Returns one row per (target, circuit or random) and their curves."""
+    (``helpers.singular.validation.adversary.attacked``). Returns one row per (target, circuit or random) and their curves."""
     rows, curves = [], []
     for target in targets:
         circuit = load_circuit(circuit_path(folder, target["label"]), masked.model)
@@ -300,7 +300,7 @@ def seed_spread(masked, run, task_name: str, first: tuple, n_seeds: int, bound: 
 
 def nonsense_controls(masked, run, train, held_out, kinds, task_circuit: FixedMasks, bound: float, seed: int = 0,
                       control_seeds: int = 3, resolution: float = 0.01, progress: bool = True) -> tuple[pd.DataFrame, dict]:
-    """For each kind of nonsense (``helpers.singular.nonsense``), masks trained by ``run`` on the training prompts
+    """For each kind of nonsense (``helpers.singular.validation.nonsense``), masks trained by ``run`` on the training prompts
     made nonsense (seed ``seed``) and scored on the held-out ones (seed ``seed + 1``), with the Jaccard of their
     circuit with ``task_circuit``. Returns the table and the masks by kind (``matched_overlaps``)."""
     rows, masks = [], {}
@@ -317,7 +317,7 @@ def weight_controls(model_name: str, processing: str, run, train, held_out, cont
     """For each weight control (``helpers.tiled.sites.control_model``), masks trained by ``run`` on the same
     prompts and scored on the same held-out prompts, against the control model's own output. One control model
     in memory at a time."""
-    from helpers.singular.masks import MaskedModel
+    from helpers.singular.masking.masks import MaskedModel
     from helpers.tiled.sites import control_model
 
     rows = []

@@ -20,8 +20,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from helpers.singular.circuits import CircuitEvaluator, evaluate_circuit
-from helpers.singular.masks import DirectionMasks, FixedMasks
+from helpers.singular.masking.circuits import CircuitEvaluator, evaluate_circuit
+from helpers.singular.masking.masks import DirectionMasks, FixedMasks
 
 PAPER_KEPT = 1e-3
 """Paper 1 counts a direction as kept ("active") when its mask m = sigmoid(logit) is at least this."""

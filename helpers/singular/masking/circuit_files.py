@@ -25,12 +25,12 @@ import torch
 
 from helpers.core.cache import atomic_file, sha256_file
 from helpers.pipeline.runs import run_name
-from helpers.singular.augmented import direction_shapes
-from helpers.singular.circuits import kept_by_kind
-from helpers.singular.ledger import PAPER_KEPT
-from helpers.singular.masks import AblationRule, DirectionMasks, FixedMasks
-from helpers.singular.scoring import EVALUATOR_VERSION
-from helpers.singular.training import MaskingRun, masking_prompts
+from helpers.singular.directions.augmented import direction_shapes
+from helpers.singular.masking.circuits import kept_by_kind
+from helpers.singular.masking.ledger import PAPER_KEPT
+from helpers.singular.masking.masks import AblationRule, DirectionMasks, FixedMasks
+from helpers.singular.masking.scoring import EVALUATOR_VERSION
+from helpers.singular.masking.training import MaskingRun, masking_prompts
 from helpers.pipeline.summaries import SUMMARY_FILE
 
 FILE_FORMAT = "singular-direction-circuit"

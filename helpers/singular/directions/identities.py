@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from helpers.singular.augmented import (homogeneous, mlp_in_matrices, mlp_out_matrix, ov_matrix, qk_factors, qk_matrix,
+from helpers.singular.directions.augmented import (homogeneous, mlp_in_matrices, mlp_out_matrix, ov_matrix, qk_factors, qk_matrix,
                                svd_of_product)
 from helpers.core.weights import input_hook, layer_weights
 

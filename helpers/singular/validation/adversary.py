@@ -2,7 +2,7 @@
 directions a circuit leaves out, not only for the one setting its ablation rule uses?
 
 A circuit keeps some directions and ablates the rest under its rule: each coefficient is
-a_k ← m_k a_k + (1 − m_k) a_k^ref (``helpers.singular.masks``), with m_k = 1 for a kept direction and
+a_k ← m_k a_k + (1 − m_k) a_k^ref (``helpers.singular.masking.masks``), with m_k = 1 for a kept direction and
 m_k = 0 for an excluded one. Here the excluded directions' m_k range over [0, 1] (1: the direction's own
 clean coefficient, 0: its reference, anything between: part of each), the kept ones stay at 1:
 
@@ -33,9 +33,9 @@ import pandas as pd
 import torch
 
 from helpers.core.declared import load_declared
-from helpers.singular.circuits import CircuitEvaluator
-from helpers.singular.masks import FixedMasks
-from helpers.singular.references import kl_to_full, select_rows
+from helpers.singular.masking.circuits import CircuitEvaluator
+from helpers.singular.masking.masks import FixedMasks
+from helpers.singular.masking.references import kl_to_full, select_rows
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ class Attack:
         return asdict(self)
 
 
-ATTACK_RULES = Path(__file__).resolve().parents[2] / "data" / "circuit_attack.toml"
+ATTACK_RULES = Path(__file__).resolve().parents[3] / "data" / "circuit_attack.toml"
 RULE_KEYS = {"attack": {"checkpoints", "step_size", "batch", "starts", "stochastic_draws", "seed", "climb_share"},
              "faithful": {"bound", "why"}, "task_specific": {"ratio", "why"}, "weight_controls": {"min_ratio", "why"},
              "nested": {"shares", "control_seed", "why"}}
@@ -245,7 +245,7 @@ def nested_circuits(masks, shares, control_seed: int) -> list[dict]:
     """For each kept share (largest first), the circuit of the top ``nested_count`` directions by ``masks``' logits
     (``binarise_top``) and its random control with the same count in every block (``random_like`` at
     ``control_seed``: one permutation per block whatever the count, so the random circuits are nested too)."""
-    from helpers.singular.circuits import binarise_top, random_like
+    from helpers.singular.masking.circuits import binarise_top, random_like
 
     if not shares or any(isinstance(s, bool) or not 0 < s < 1 for s in shares) or len(set(shares)) != len(shares):
         raise ValueError(f"shares={shares!r}: expected distinct kept shares strictly between 0 and 1, "

@@ -37,7 +37,7 @@ import torch
 
 from helpers.core.models import load_model
 from helpers.core.weights import layer_weights, raw_layer_weights, unembedding
-from helpers.singular.augmented import layer_svds
+from helpers.singular.directions.augmented import layer_svds
 from helpers.singular.tasks import Task, _check_aligned, _tokenise, check_prompt_count, single_token_words
 
 TRIGGERS = ["river", "castle", "violin", "tiger", "engine", "candle", "forest", "mirror", "ladder", "rocket",

@@ -17,9 +17,9 @@ from pathlib import Path
 import torch
 
 from helpers.core.cache import atomic_write_json, cache_dir, checksum_path
-from helpers.singular.masks import AblationRule, MaskedModel
+from helpers.singular.masking.masks import AblationRule, MaskedModel
 from helpers.singular.tasks import Task
-from helpers.singular.training import MaskingRun, TrainConfig, masking_prompts, train_masks, training_key
+from helpers.singular.masking.training import MaskingRun, TrainConfig, masking_prompts, train_masks, training_key
 
 TIME_SUFFIX = ".training-time.json"
 

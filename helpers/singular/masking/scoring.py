@@ -24,8 +24,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from helpers.singular.circuits import CircuitEvaluator, evaluate_circuit, split_like
-from helpers.singular.masks import FixedMasks
+from helpers.singular.masking.circuits import CircuitEvaluator, evaluate_circuit, split_like
+from helpers.singular.masking.masks import FixedMasks
 
 EVALUATOR_VERSION = 1
 """Bumped whenever a score of the same circuit on the same prompts would change (metric, ranking, areas)."""
@@ -151,7 +151,7 @@ class FaithfulnessScorer:
 
 
 def score_circuits(circuits, scorers: dict) -> dict[str, dict]:
-    """``FaithfulnessScorer.score`` of each circuit (``helpers.singular.circuit_files.Circuit``) with the scorer
+    """``FaithfulnessScorer.score`` of each circuit (``helpers.singular.masking.circuit_files.Circuit``) with the scorer
     of its ablation rule (``scorers``: rule name → scorer); keyed by the circuit's label."""
     results = {}
     for circuit in circuits:

@@ -1,8 +1,8 @@
 """What a masked run is compared with, computed once per set of prompts: the full model's answer
 distribution, the references of the ablation rule, and the KL between the two distributions.
 
-Used by mask training (``helpers.singular.training``) and by circuit evaluation
-(``helpers.singular.circuits``); neither imports the other for it.
+Used by mask training (``helpers.singular.masking.training``) and by circuit evaluation
+(``helpers.singular.masking.circuits``); neither imports the other for it.
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from helpers.singular.masks import AblationRule, MaskedModel
+from helpers.singular.masking.masks import AblationRule, MaskedModel
 from helpers.singular.tasks import Task
 
 

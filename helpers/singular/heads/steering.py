@@ -14,8 +14,8 @@ from __future__ import annotations
 import pandas as pd
 import torch
 
-from helpers.singular.masks import MaskedModel
-from helpers.singular.readout import top_tokens
+from helpers.singular.masking.masks import MaskedModel
+from helpers.singular.directions.readout import top_tokens
 from helpers.singular.tasks import Task, logit_diff
 
 SITES = ("direct", "layer")

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import torch
 
-from helpers.singular.augmented import MATRIX_KINDS, direction_shapes, layer_svds, qk_factors
+from helpers.singular.directions.augmented import MATRIX_KINDS, direction_shapes, layer_svds, qk_factors
 from helpers.core.forwards import forwards_replaced
 from helpers.core.logits import logits_at
 from helpers.core.weights import layer_weights

@@ -16,9 +16,9 @@ import torch
 
 from helpers.core.cache import cache_dir, load_verified, save_verified
 from helpers.core.device import off_cpu_key
-from helpers.singular.circuits import CircuitEvaluator, evaluate_circuit
-from helpers.singular.masks import AblationRule, DirectionMasks, FixedMasks, MaskedModel
-from helpers.singular.references import Prepared, kl_to_full, prepare, select_rows
+from helpers.singular.masking.circuits import CircuitEvaluator, evaluate_circuit
+from helpers.singular.masking.masks import AblationRule, DirectionMasks, FixedMasks, MaskedModel
+from helpers.singular.masking.references import Prepared, kl_to_full, prepare, select_rows
 from helpers.singular.tasks import Task, check_prompt_count, make_task
 
 
@@ -36,7 +36,7 @@ class TrainConfig:
     clip: float = 1.0
     seed: int = 0
     log_every: int = 10
-    parametrisation: str = "sigmoid"  # or "hard_concrete" (L0): see helpers.singular.masks.DirectionMasks
+    parametrisation: str = "sigmoid"  # or "hard_concrete" (L0): see helpers.singular.masking.masks.DirectionMasks
 
 
 FAST_MASKING = dict(n_prompts=24, steps=12, batch=8)
@@ -186,7 +186,7 @@ def continue_training(masked: MaskedModel, masks: DirectionMasks, task: Task, ru
                       config: TrainConfig, progress: bool = True, desc: str | None = None) -> list[dict]:
     """Train ``masks`` from their present logits: ``config.steps`` steps of one new AdamW optimiser, with
     batches and hard-concrete noise seeded from ``config.seed``. ``train_masks`` runs it from the initial
-    masks, ``helpers.singular.alpha_path`` from a lighter α's trained ones. Returns the history rows."""
+    masks, ``helpers.singular.masking.alpha_path`` from a lighter α's trained ones. Returns the history rows."""
     task = task.to(masked.model.device)
     prepared = prepare(masked, task, rule)
     masks.noise.manual_seed(config.seed)

@@ -1,7 +1,7 @@
 """Scoring masks against a planted mechanism (docs/methods.md §1.9): the ground truth, recall and AUROC,
 necessity, and notebook 08's run over the declared sites and strengths.
 
-The ground truth of a plant (``helpers.singular.planted``) is the planted head's singular directions whose read
+The ground truth of a plant (``helpers.singular.validation.planted``) is the planted head's singular directions whose read
 and write vectors both put at least a declared energy share in the plant's subspaces. Trained masks recover it
 when they keep it at their own cut and rank it above the other directions (AUROC of the mask logits, as
 InterpBench scores components). The plant is necessary to the task when mean-ablating only those directions
@@ -19,10 +19,10 @@ import torch
 
 from helpers.core.declared import load_declared
 from helpers.core.weights import layer_weights
-from helpers.singular.augmented import layer_svds
-from helpers.singular.circuits import beats_random_by
+from helpers.singular.directions.augmented import layer_svds
+from helpers.singular.masking.circuits import beats_random_by
 
-PLANT_RULES = Path(__file__).resolve().parents[2] / "data" / "planted_mechanisms.toml"
+PLANT_RULES = Path(__file__).resolve().parents[3] / "data" / "planted_mechanisms.toml"
 RULE_KEYS = {"plant": {"n_pairs", "pairs_seed", "qk_boost", "ridge", "probe_prompts", "effect_prompts",
                        "negative_texts", "unrelated_texts", "share", "why"},
              "drives_task": {"min_accuracy"}, "recovered": {"min_recall", "min_auroc"},
@@ -206,8 +206,8 @@ def remaining_share(ablated: torch.Tensor, planted: torch.Tensor, unplanted: tor
 def metric_per_prompt(masked, task, rule, values: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
     """[n] the logit difference of ``task`` with the masks ``values`` applied under ``rule`` (None: the model
     itself), on the CPU."""
-    from helpers.singular.masks import FixedMasks
-    from helpers.singular.references import prepare
+    from helpers.singular.masking.masks import FixedMasks
+    from helpers.singular.masking.references import prepare
     from helpers.singular.tasks import logit_diff
 
     task = task.to(masked.model.device)
@@ -255,7 +255,7 @@ def prompt_sets(model, rules: dict, n_masking: int, seed: int = 0, fast: bool = 
     """The pairs and the disjoint prompt sets of one run: probes, effects, masking (split half/half into the
     masks' training and held-out prompts, as notebook 02 splits), and the unrelated texts (the probes' negatives,
     the plant's KL measured on others)."""
-    from helpers.singular.planted import draw_pairs, planted_sets, unrelated_tokens
+    from helpers.singular.validation.planted import draw_pairs, planted_sets, unrelated_tokens
 
     plant = rules["plant"]
     scale = 4 if fast else 1
@@ -272,8 +272,8 @@ def prompt_sets(model, rules: dict, n_masking: int, seed: int = 0, fast: bool = 
 def judged_masks(masked, masks, sets: dict, run, control_seeds: int) -> dict:
     """The trained masks' circuit on the held-out prompts (``evaluate_circuit``: kept share, KL, its random
     control's KL) and the logit difference it keeps."""
-    from helpers.singular.circuits import CircuitEvaluator, evaluate_circuit
-    from helpers.singular.masks import FixedMasks
+    from helpers.singular.masking.circuits import CircuitEvaluator, evaluate_circuit
+    from helpers.singular.masking.masks import FixedMasks
 
     evaluator = CircuitEvaluator(masked, sets["held_out"], run.rule())
     row = evaluate_circuit(evaluator, FixedMasks.binarised(masks), control_seeds)
@@ -289,9 +289,9 @@ def plant_and_recover(base, site: dict, strength: float, sets: dict, run, rules:
     random control, and necessity (mean-ablating the ground truth, and the random set). With ``paper_rule_run``
     (our training under paper 1's ablation rule, as notebook 02's ledger runs it), its masks' recall and AUROC
     too (``paper_rule``). Returns (the row, the trained masks' logits)."""
-    from helpers.singular.masks import AblationRule, MaskedModel
-    from helpers.singular.planted import PlantSpec, design_plant, plant_effects, planted_model
-    from helpers.singular.training import train_masks
+    from helpers.singular.masking.masks import AblationRule, MaskedModel
+    from helpers.singular.validation.planted import PlantSpec, design_plant, plant_effects, planted_model
+    from helpers.singular.masking.training import train_masks
 
     plant_rules = rules["plant"]
     spec = PlantSpec(site["layer"], site["head"], float(strength), qk_boost=plant_rules["qk_boost"],
@@ -342,9 +342,9 @@ def plant_and_recover(base, site: dict, strength: float, sets: dict, run, rules:
 def unplanted_control(base, sets: dict, run, rules: dict, control_seeds: int = 3, progress: bool = True) -> dict:
     """The negative control: the unplanted model on the same prompts, at chance by construction. Its accuracy
     and logit difference, and the same recipe's circuit against its random control."""
-    from helpers.singular.masks import MaskedModel
-    from helpers.singular.planted import PlantSpec, plant_effects
-    from helpers.singular.training import train_masks
+    from helpers.singular.masking.masks import MaskedModel
+    from helpers.singular.validation.planted import PlantSpec, plant_effects
+    from helpers.singular.masking.training import train_masks
 
     plant_rules = rules["plant"]
     spec = PlantSpec(0, 0, 0.0, qk_boost=0.0, n_pairs=plant_rules["n_pairs"])
@@ -366,7 +366,7 @@ def recover_plants(base, sites: list[dict], sets: dict, run, rules: dict, contro
     plant not yet trained. Returns (one row per plant, the control)."""
     import time
 
-    from helpers.singular.masks import AblationRule, MaskedModel
+    from helpers.singular.masking.masks import AblationRule, MaskedModel
 
     unplanted_metric = metric_per_prompt(MaskedModel(base), sets["held_out"], AblationRule.uniform("mean", "all"))
     rows, total, start = [], sum(len(s["strengths"]) for s in sites), time.time()
@@ -415,7 +415,7 @@ def _verdict(value: bool | None, yes: str, no: str) -> str:
 
 
 def attack_lines(summary: dict) -> list[str]:
-    """The adversary's positive control in words (``helpers.singular.attack_calibration``), if the run made it."""
+    """The adversary's positive control in words (``helpers.singular.validation.attack_calibration``), if the run made it."""
     rows = {r["circuit"]: r for r in summary.get("attack_calibration") or []}
     if not rows:
         return []

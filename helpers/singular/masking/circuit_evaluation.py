@@ -6,8 +6,8 @@ The file names its model, weights, processing, ablation rule and task; the model
 ``n_prompts`` new prompts of the task drawn with ``seed`` (default: the training seed + 1), without any
 prompt of the run that trained the circuit. Scored: KL, task metric and accuracy with the same-count random
 control, the faithfulness f(k) of the circuit's ranking against random rankings, and CPR/CMD on a linear and
-a log axis (``helpers.singular.scoring``). ``adversarial`` adds the circuit under attack on the same prompts
-(``helpers.singular.adversary``, rules and bound in ``data/circuit_attack.toml``): the KL when the directions
+a log axis (``helpers.singular.masking.scoring``). ``adversarial`` adds the circuit under attack on the same prompts
+(``helpers.singular.validation.adversary``, rules and bound in ``data/circuit_attack.toml``): the KL when the directions
 it leaves out take random partial settings, and along an adversary's search for the worst one, and whether
 it survives.
 """
@@ -18,11 +18,11 @@ from pathlib import Path
 import pandas as pd
 
 from helpers.core.models import load_model
-from helpers.singular.circuit_files import check_model, circuit_prompts, load_circuit
-from helpers.singular.circuits import CircuitEvaluator
-from helpers.singular.masks import MaskedModel
-from helpers.singular.adversary import ATTACK_RULES, attacked, load_attack_rules
-from helpers.singular.scoring import PERCENTS, FaithfulnessScorer
+from helpers.singular.masking.circuit_files import check_model, circuit_prompts, load_circuit
+from helpers.singular.masking.circuits import CircuitEvaluator
+from helpers.singular.masking.masks import MaskedModel
+from helpers.singular.validation.adversary import ATTACK_RULES, attacked, load_attack_rules
+from helpers.singular.masking.scoring import PERCENTS, FaithfulnessScorer
 from helpers.singular.tasks import check_prompt_count, make_task
 
 

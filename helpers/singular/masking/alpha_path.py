@@ -17,10 +17,10 @@ from dataclasses import replace
 import pandas as pd
 
 from helpers.core.cache import cache_dir, load_verified, save_verified
-from helpers.singular.circuits import CircuitEvaluator, content_key, evaluate_circuit
-from helpers.singular.masks import AblationRule, DirectionMasks, FixedMasks, MaskedModel
+from helpers.singular.masking.circuits import CircuitEvaluator, content_key, evaluate_circuit
+from helpers.singular.masking.masks import AblationRule, DirectionMasks, FixedMasks, MaskedModel
 from helpers.singular.tasks import Task
-from helpers.singular.training import TrainConfig, continue_training, saved_training, train_masks, training_key
+from helpers.singular.masking.training import TrainConfig, continue_training, saved_training, train_masks, training_key
 
 
 WARM_TOLERANCE = dict(kept_points=2.0, kl_absolute=0.02, kl_relative=0.15)
@@ -64,7 +64,7 @@ def warm_masks(masked: MaskedModel, task: Task, rule: AblationRule, config: Trai
 def warm_alpha_path(masked: MaskedModel, train: Task, evaluator: CircuitEvaluator, rule: AblationRule,
                     config: TrainConfig, alphas, warm_steps: int, control_seeds: int = 3, progress: bool = True,
                     reuse_warm: bool = True):
-    """The α sweep of ``helpers.singular.training.alpha_sweep`` along a path: the lightest α trained fresh
+    """The α sweep of ``helpers.singular.masking.training.alpha_sweep`` along a path: the lightest α trained fresh
     (``config.steps`` steps, the same training as the sweep's), each heavier α for ``warm_steps`` steps from
     the masks of the α before it. Each circuit is evaluated as the sweep evaluates it. The fresh training
     loads when saved, as the sweep's does; ``reuse_warm=False`` trains the warm-started ones again even when
