@@ -33,23 +33,13 @@ from helpers.tiled.statistics import SiteStatistics, pass_tokens
 from helpers.tiled.sites import all_sites
 from helpers.tiled.corpus import corpus_paragraphs, sample_tokens
 from helpers.core.models import MODELS, load_model, model_from_config
+from helpers.pipeline.yardstick import PLAIN_PASS, plain_pass_seconds
 
 GEMMA_2_2B = MODELS["gemma-2-2b"].published_config
 
 
 def peak_gib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20
-
-
-def plain_pass_seconds(model, sample, batch: int) -> float:
-    """One forward pass over the tokens the sweep's corpus pass runs, in the same batches
-    (``helpers.tiled.statistics.pass_tokens``)."""
-    start = time.perf_counter()
-    for positions in sample.halves().values():
-        for _, tokens in pass_tokens(sample, positions, batch):
-            with torch.no_grad():
-                model.body(input_ids=tokens)
-    return time.perf_counter() - start
 
 
 def forward_macs(model, rows: int, width: int, blocks: int, logit_rows: int = 0) -> float:
@@ -92,11 +82,11 @@ def sweep_work(model, sample, thresholds: dict, layers, batch: int, n_texts: int
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--tokens", type=int, default=16384)
-    parser.add_argument("--max-tokens", type=int, default=256)
+    parser.add_argument("--tokens", type=int, default=PLAIN_PASS["n_tokens"])
+    parser.add_argument("--max-tokens", type=int, default=PLAIN_PASS["max_tokens"])
     parser.add_argument("--layers", default="all", help="'all' or comma-separated layer indices")
     parser.add_argument("--gemma-2-2b-shapes", action="store_true")
-    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--batch", type=int, default=PLAIN_PASS["batch"])
     parser.add_argument("--work-only", action="store_true", help="print the multiply-adds' floor and stop")
     args = parser.parse_args()
     torch.set_num_threads(2)

@@ -233,6 +233,10 @@ MUTANTS = [  # (file, original text, mutated text, tests to run, what the mutant
  ('helpers/singular/validation/planted_recovery.py', '    return ", ".join(f"{c} {\'not judged\' if checks[c] is None else (\'yes\' if checks[c] else \'no\')}" for c in CHECKS)', '    return ", ".join(f"{c} {\'not judged\' if checks[c] is None else (\'no\' if checks[c] else \'yes\')}" for c in CHECKS)', 'tests/unit/test_planted.py', "paper 2's planted checks read inverted"),
  ('helpers/tiled/sweep.py', '            partitions[width] = random_partition_svd(W, width, largest_k, seed)', '            partitions[width] = random_partition_svd(W, width, largest_k, seed + 1)', 'tests/unit/test_tiling.py', "coverage's random partitions drawn with another seed"),
  ('helpers/singular/directions/augmented.py', '        out.append(svds if keep is None or layer in keep else {kind: svd.spectrum() for kind, svd in svds.items()})', '        out.append(svds if keep is None or layer not in keep else {kind: svd.spectrum() for kind, svd in svds.items()})', 'tests/unit/test_augmented.py', "the read-out layers' directions dropped instead of the others'"),
+ ("helpers/results/costs.py", '    return seconds / float(yardstick["plain_pass_s"])', '    return float(yardstick["plain_pass_s"]) / seconds', "tests/unit/test_costs.py", "plain passes inverted"),
+ ("helpers/results/costs.py", "    names = {run.name for run in load_runs(runs_file) if run.sweep is None}", "    names = {run.name for run in load_runs(runs_file)}", "tests/unit/test_costs.py", "make figures' cost counts the sweeps too"),
+ ("helpers/pipeline/yardstick.py", 'if saved.get("key") == key and', 'if True and', "tests/unit/test_costs.py", "a yardstick from another boot or thread count reused"),
+ ("helpers/pipeline/scheduler.py", "        if yardstick is not None and not machine:", "        if yardstick is not None:", "tests/unit/test_executors.py", "the yardstick measured before every run"),
 ]
 
 

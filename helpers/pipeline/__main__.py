@@ -14,6 +14,7 @@ from helpers.pipeline import scheduler
 from helpers.pipeline.executors import EXECUTORS, make_executor
 from helpers.pipeline.runs import PROFILES, PipelineError
 from helpers.pipeline.scheduler import PROFILE_FOLDERS, run_pipeline
+from helpers.pipeline.yardstick import machine_yardstick
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -21,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fast", action="store_true", help="short runs (CI): fewer layers, prompts and samples")
     parser.add_argument("--profile", default="full", choices=PROFILES,
                         help="workshop: the runs runs.toml gives a [runs.workshop] table, at those sizes, into "
-                             "figures-workshop/ (18.5 minutes alone on two cores on 8f03b7e's machine; README); "
+                             "figures-workshop/ (its cost: README); "
                              "paper: paper 1's recipe at batch 64 and 3,000 steps, into figures-paper/ (GPU only); "
                              "paper-models: the notebooks on GPT-2 small and Gemma-2-2B (notebooks/paper_models.toml; "
                              "their weights from the hub or $SVDIRS_WEIGHTS_*), into figures-paper-models/")
@@ -59,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
                                  gpus_per_run=args.slurm_gpus_per_run, cluster=args.slurm_cluster)
         run_pipeline(args.runs, args.figures or figures, build, fast=args.fast, force=args.force,
                      only=args.only, stream=True, profile=args.profile, executor=executor, sweep=args.sweep,
-                     device=args.device)
+                     device=args.device, yardstick=None if args.fast else machine_yardstick)
     except PipelineError as err:
         print(f"pipeline stopped: {err}", file=sys.stderr)
         return 1

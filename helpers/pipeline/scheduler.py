@@ -143,14 +143,18 @@ def package_versions() -> dict[str, str]:
 def run_pipeline(runs_file: str | Path = "notebooks/runs.toml", figures_dir: str | Path = "figures",
                  build_dir: str | Path = "build", fast: bool = False, force: bool = False,
                  only: list[str] | None = None, kernel: str = "python3", log=print, stream: bool = False,
-                 profile: str = "full", executor=None, sweep: str | None = None, device: str = "auto") -> dict:
+                 profile: str = "full", executor=None, sweep: str | None = None, device: str = "auto",
+                 yardstick=None) -> dict:
     """Execute the runs whose inputs changed, each once every run it reads (``after``) has finished; return
     (and write) the manifest. ``executor`` places them (``helpers.pipeline.executors``; serial, here, by default);
     this process alone swaps their results into place and writes the manifest. ``stream`` echoes each
     notebook's output under the serial executor. ``sweep``: run that sweep's runs instead of the declared
     ones. ``profile``: see the module docstring (the caller chooses the folders, ``PROFILE_FOLDERS`` by
     default on the command line). ``device``: resolved here once (``run_device``) and given to every
-    notebook that declares a ``device`` parameter."""
+    notebook that declares a ``device`` parameter. ``yardstick``: a function of the thread count giving this
+    machine's plain pass (``helpers.pipeline.yardstick.machine_yardstick``, which the command passes), called
+    once, before the first run that is not reused, and recorded with every run it executes on this machine's
+    CPU; None (the default, and for --fast) records none."""
     if profile not in PROFILES:
         raise PipelineError(f"profile {profile!r} is not one of {PROFILES}")
     if fast and profile != "full" and profile not in OWN_RUNS:
@@ -168,7 +172,7 @@ def run_pipeline(runs_file: str | Path = "notebooks/runs.toml", figures_dir: str
                          run_parameters(run, runs_file, fast, figures_dir / run.name, profile, resolved), run.name)
     check_models(runs, profile)
     return _execute(runs, runs_file, figures_dir, build_dir, fast, force, kernel, log, stream, profile,
-                    executor, resolved, where)
+                    executor, resolved, where, yardstick if resolved == "cpu" and where is None else None)
 
 
 def check_models(runs: list[Run], profile: str) -> None:
@@ -276,7 +280,7 @@ def install_result(staging: Path, out_dir: Path) -> None:
 
 
 def _execute(runs, runs_file, figures_dir, build_dir, fast, force, kernel, log, stream, profile, executor, device,
-             where) -> dict:
+             where, yardstick) -> dict:
     from helpers.core.cache import CACHE_ENV, cache_dir
 
     manifest_path = figures_dir / "manifest.json"
@@ -286,6 +290,7 @@ def _execute(runs, runs_file, figures_dir, build_dir, fast, force, kernel, log, 
     selected = {r.name for r in runs}
     pending, running, finished, errors = list(runs), {}, set(), []
     position = {r.name: i for i, r in enumerate(runs, 1)}
+    machine = {}  # this machine's yardstick, measured once before the first run that executes
 
     def tag(run: Run) -> str:
         return f"[{position[run.name]}/{len(runs)}] {run.name}"
@@ -309,6 +314,8 @@ def _execute(runs, runs_file, figures_dir, build_dir, fast, force, kernel, log, 
         if records.pop(run.name, None) is not None:
             _write_manifest(manifest_path, records, runs_file)
         _remove_staging(figures_dir, run.name)  # of a run killed before it could clean up
+        if yardstick is not None and not machine:
+            machine.update(yardstick(environment["torch_threads"], log=log))
         shown = {k: v for k, v in params.items() if k != "out_dir"}
         job = NotebookJob(run.name, str(notebook), str(build_dir / "notebooks" / f"{run.name}.ipynb"), shown,
                           str(figures_dir), f"{figures_dir.name}/{run.name}", profile, kernel, stream,
@@ -352,7 +359,7 @@ def _execute(runs, runs_file, figures_dir, build_dir, fast, force, kernel, log, 
         records[run.name] = dict(
             name=run.name, notebook=run.notebook, profile=profile, parameters=shown,
             wall_time_s=round(outcome.wall_time_s, 1), executed_notebook=str(out_dir / EXECUTED_NOTEBOOK),
-            torch_threads=environment["torch_threads"], device=device,
+            torch_threads=environment["torch_threads"], device=device, yardstick=dict(machine) or None,
             figures=sorted(p.name for p in out_dir.glob("*.png")),
             summary=summary)
         atomic_write_json(build_dir / "state" / f"{run.name}.json",

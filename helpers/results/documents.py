@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 from helpers.results import paper_models
+from helpers.results.costs import with_costs
 from helpers.results.claims import (DECIDED, NOT_TESTABLE, PAPER_BUDGET_SWEEP, RULES_FILE, UNINFORMATIVE, VALIDATION_RUNS, Claim,
                             all_claims, load_rules, table_cell)
 
@@ -496,13 +497,27 @@ def _write(path: Path, text: str) -> bool:
     return old != text
 
 
+def workshop_manifest(root: Path = ROOT) -> dict | None:
+    """The last workshop run's manifest (``figures-workshop/manifest.json``, committed), or None."""
+    path = root / "figures-workshop" / "manifest.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+
+
+def readme_text(readme: str, manifest: dict, root: Path = ROOT) -> str:
+    """README.md with its verdicts, its section on the papers' own models and its costs made again."""
+    return with_costs(with_paper_models(with_verdicts(readme, manifest), root), manifest, workshop_manifest(root))
+
+
 def update(root: Path = ROOT) -> list[str]:
-    """Rewrite RESULTS.md, the README's verdict table and the summary figures; the names of what changed."""
+    """Rewrite RESULTS.md, the README's verdicts and costs, docs/workshop.md's times and the summary figures;
+    the names of what changed."""
     manifest = json.loads((root / "figures" / "manifest.json").read_text(encoding="utf-8"))
-    readme = root / "README.md"
+    readme, workshop = root / "README.md", root / "docs" / "workshop.md"
     changed = [name for name, path, text in (
         ("RESULTS.md", root / "RESULTS.md", results_page(manifest)),
-        ("README.md", readme, with_paper_models(with_verdicts(readme.read_text(encoding="utf-8"), manifest), root)))
+        ("README.md", readme, readme_text(readme.read_text(encoding="utf-8"), manifest, root)),
+        ("docs/workshop.md", workshop, with_costs(workshop.read_text(encoding="utf-8"), manifest,
+                                                  workshop_manifest(root))))
         if _write(path, text)]
     write_figures(manifest, root)
     return changed

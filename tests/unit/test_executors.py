@@ -253,3 +253,21 @@ def test_slurm_refuses_to_start_on_folders_the_nodes_do_not_share(tmp_path, subm
     with pytest.raises(PipelineError, match=r"not shared with the compute nodes.*cache \(cannot read it.*\$SVDIRS_CACHE"):
         executor.check_shared_storage([tmp_path / "cache", tmp_path / "figures"])
     assert not list(tmp_path.rglob(".shared-storage-probe-*"))
+
+
+def test_the_machine_yardstick_is_taken_once_before_the_first_run_and_recorded_with_every_run_it_executes(tmp_path):
+    path, kwargs = runs(tmp_path, GRAPH)
+    calls = []
+
+    def yardstick(threads, log):
+        calls.append(threads)
+        return {"plain_pass_s": 50.0, "threads": threads, "cpu": "x", "measured_on": "2026-12-07"}
+
+    manifest = scheduler.run_pipeline(path, executor=FakeExecutor(), yardstick=yardstick, device="cpu", **kwargs)
+    assert calls == [1] and {r["yardstick"]["plain_pass_s"] for r in manifest["runs"]} == {50.0}
+    scheduler.run_pipeline(path, executor=FakeExecutor(), yardstick=yardstick, device="cpu", **kwargs)
+    assert calls == [1]  # every run reused: nothing measured
+    path.write_text(GRAPH.replace("x = 2 }", "x = 20 }"))
+    manifest = scheduler.run_pipeline(path, executor=FakeExecutor(), device="cpu", **kwargs)  # none given: none recorded
+    assert {r["name"]: r["yardstick"] is None for r in manifest["runs"]} == {"a": False, "b": True, "c": False,
+                                                                             "d": True}
