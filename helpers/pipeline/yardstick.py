@@ -32,7 +32,7 @@ def plain_pass_seconds(model, sample, batch: int) -> float:
     for positions in sample.halves().values():
         for _, tokens in pass_tokens(sample, positions, batch):
             with torch.no_grad():
-                model.body(input_ids=tokens)
+                model.body(input_ids=tokens.to(model.device))
     return time.perf_counter() - start
 
 
