@@ -1,7 +1,7 @@
 """Every claim of both papers, as one row with a verdict in plain words, computed from the run summaries.
 
 The verdict rules are code, read with their bounds from ``data/verdict_rules.toml``, so that a verdict
-cannot drift from the numbers it rests on. ``helpers.reproduction`` writes the rows into RESULTS.md and the
+cannot drift from the numbers it rests on. ``helpers.results.documents`` writes the rows into RESULTS.md and the
 README. A claim whose run is missing from the manifest gets the row "not testable here: run … first".
 """
 from __future__ import annotations

@@ -62,3 +62,15 @@ def test_the_readme_module_map_names_every_module():
         if not found:
             missing.append(".".join(parts))
     assert not missing, f"README's module map does not name {missing}"
+
+
+def test_the_papers_share_only_core_apart_from_the_two_borrowings_the_readme_names():
+    """Paper 1 borrows paper 2's weight controls (``tiled.sites.control_model``) and offline text
+    (``tiled.corpus``); any other import between ``singular`` and ``tiled`` is a new dependency to decide on."""
+    crossings = set()
+    for ours, theirs in (("singular", "tiled"), ("tiled", "singular")):
+        for path in sorted((HELPERS / ours).rglob("*.py")):
+            crossings |= {(path.relative_to(HELPERS).as_posix(), name) for name in imported(path)
+                          if name.startswith(f"helpers.{theirs}.") and name.count(".") == 2}
+    assert crossings == {("singular/validation/verdicts.py", "helpers.tiled.sites"),
+                         ("singular/validation/planted.py", "helpers.tiled.corpus")}
