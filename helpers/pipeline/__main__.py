@@ -27,6 +27,9 @@ def main(argv: list[str] | None = None) -> int:
                              "paper-models: the notebooks on GPT-2 small and Gemma-2-2B (notebooks/paper_models.toml; "
                              "their weights from the hub or $SVDIRS_WEIGHTS_*), into figures-paper-models/")
     parser.add_argument("--force", action="store_true", help="re-run even runs whose inputs are unchanged")
+    parser.add_argument("--no-yardstick", action="store_true",
+                        help="record no plain forward pass of this machine with the runs (as with --fast): for runs "
+                             "whose times are not kept, as in tests; by default it is measured once per boot")
     parser.add_argument("--only", nargs="+", metavar="NAME", help="run only these runs (names from runs.toml)")
     parser.add_argument("--sweep", metavar="NAME", help="run the runs of this [[sweeps]] entry of runs.toml")
     parser.add_argument("--runs", default="notebooks/runs.toml")
@@ -60,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
                                  gpus_per_run=args.slurm_gpus_per_run, cluster=args.slurm_cluster)
         run_pipeline(args.runs, args.figures or figures, build, fast=args.fast, force=args.force,
                      only=args.only, stream=True, profile=args.profile, executor=executor, sweep=args.sweep,
-                     device=args.device, yardstick=None if args.fast else machine_yardstick)
+                     device=args.device, yardstick=None if args.fast or args.no_yardstick else machine_yardstick)
     except PipelineError as err:
         print(f"pipeline stopped: {err}", file=sys.stderr)
         return 1

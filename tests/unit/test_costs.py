@@ -101,3 +101,14 @@ def test_the_yardstick_is_measured_once_per_boot_and_thread_count(tmp_path, monk
     assert calls == [2, 1, 1, 2]
     with pytest.raises(ValueError, match="positive"):
         Y.machine_yardstick(3, log=lambda line: None, measure_fn=lambda threads: 0.0)
+
+
+def test_the_pipeline_command_measures_the_yardstick_unless_fast_or_told_not_to(monkeypatch):
+    import importlib
+
+    command = importlib.import_module("helpers.pipeline.__main__")
+    given = []
+    monkeypatch.setattr(command, "run_pipeline", lambda *args, **kwargs: given.append(kwargs["yardstick"]))
+    for argv in ([], ["--fast"], ["--no-yardstick"]):
+        assert command.main(argv) == 0
+    assert given == [Y.machine_yardstick, None, None]
