@@ -11,10 +11,9 @@ from pathlib import Path
 
 from helpers.results import paper_models
 from helpers.results.costs import with_costs
-from helpers.results.claims import (DECIDED, NOT_TESTABLE, PAPER_BUDGET_SWEEP, RULES_FILE, UNINFORMATIVE, VALIDATION_RUNS, Claim,
-                            all_claims, load_rules, table_cell)
+from helpers.results.claims import (DECIDED, NOT_TESTABLE, PAPER_BUDGET_SWEEP, ROOT, RULES_FILE, UNINFORMATIVE,
+                                    VALIDATION_RUNS, Claim, all_claims, load_rules, table_cell)
 
-ROOT = Path(__file__).resolve().parents[2]
 MANIFEST = ROOT / "figures" / "manifest.json"
 RESULTS = ROOT / "RESULTS.md"
 FIGURES = {1: "figures/summary_paper1.png", 2: "figures/summary_paper2.png"}
@@ -446,28 +445,31 @@ def paper_budget(summaries: dict, rules: dict | None = None) -> str | None:
             f"{binarised['random_kl']:.2f} for the same count at random ({_run_link(run)})")
 
 
+def between(readme: str, begin: str, end: str, what: str, body: str) -> str:
+    """``readme`` with the text between the markers ``begin`` and ``end`` replaced by ``body``, each on its own
+    line; README.md without them (``what``) is refused."""
+    if begin not in readme or end not in readme:
+        raise ValueError(f"README.md lacks {what} {begin!r} … {end!r}")
+    head, rest = readme.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{begin}\n{body}\n{end}{tail}"
+
+
 def with_verdicts(readme: str, manifest: dict) -> str:
     """``readme`` with the text between its markers replaced by the verdict table of ``manifest``."""
-    if BEGIN not in readme or END not in readme:
-        raise ValueError(f"README.md lacks the verdict table's markers {BEGIN!r} … {END!r}")
-    head, rest = readme.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
     summaries = summaries_of(manifest)
     claims = all_claims(summaries)
     budget = paper_budget(summaries)
-    return (f"{head}{BEGIN}\n{findings(claims)}\n\n"
-            + (f"{budget}.\n\n" if budget else "")
-            + f"Paper 1's circuits under attack and against nonsense (notebook 07; a test neither paper made):\n\n"
-            f"{circuit_checks(summaries)}\n\n{planted_check(summaries)}\n\n{verdict_table(claims)}\n{END}{tail}")
+    return between(readme, BEGIN, END, "the verdict table's markers",
+                   f"{findings(claims)}\n\n" + (f"{budget}.\n\n" if budget else "")
+                   + f"Paper 1's circuits under attack and against nonsense (notebook 07; a test neither paper made):\n\n"
+                   f"{circuit_checks(summaries)}\n\n{planted_check(summaries)}\n\n{verdict_table(claims)}")
 
 
 def with_paper_models(readme: str, root: Path = ROOT) -> str:
     """``readme`` with the text between its paper-models markers replaced by what the profile needs and costs."""
-    if PAPER_MODELS_BEGIN not in readme or PAPER_MODELS_END not in readme:
-        raise ValueError(f"README.md lacks the paper-models markers {PAPER_MODELS_BEGIN!r} … {PAPER_MODELS_END!r}")
-    head, rest = readme.split(PAPER_MODELS_BEGIN, 1)
-    _, tail = rest.split(PAPER_MODELS_END, 1)
-    return f"{head}{PAPER_MODELS_BEGIN}\n" + "\n".join(paper_models.how_to_run(root)) + f"\n{PAPER_MODELS_END}{tail}"
+    return between(readme, PAPER_MODELS_BEGIN, PAPER_MODELS_END, "the paper-models markers",
+                   "\n".join(paper_models.how_to_run(root)))
 
 
 def write_figures(manifest: dict, root: Path = ROOT) -> list[Path]:
