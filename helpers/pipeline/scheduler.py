@@ -279,6 +279,28 @@ def install_result(staging: Path, out_dir: Path) -> None:
     replace_dir(staging, out_dir)
 
 
+def mask_files(cache: Path) -> dict[str, tuple[int, int]]:
+    """The masks in the cache folder ``masks/`` (``helpers.singular.masking.training`` writes one file per
+    training, by one rename), each as (inode, modification time): a file new or written again since an earlier
+    call was trained in between."""
+    found = {}
+    for path in (cache / "masks").glob("*.pt"):
+        try:
+            stat = path.stat()
+        except FileNotFoundError:  # replaced while listing: the next call sees it
+            continue
+        found[path.name] = (stat.st_ino, stat.st_mtime_ns)
+    return found
+
+
+def masks_trained(before: dict[str, tuple[int, int]] | None, after: dict[str, tuple[int, int]]) -> int | None:
+    """How many mask files a run wrote: 0 when it loaded every mask it used from the cache. None when runs
+    shared the cache at once (``before`` is None), so that a file cannot be told to be one run's."""
+    if before is None:
+        return None
+    return sum(1 for name, stamp in after.items() if before.get(name) != stamp)
+
+
 def _execute(runs, runs_file, figures_dir, build_dir, fast, force, kernel, log, stream, profile, executor, device,
              where, yardstick) -> dict:
     from helpers.core.cache import CACHE_ENV, cache_dir
@@ -320,6 +342,8 @@ def _execute(runs, runs_file, figures_dir, build_dir, fast, force, kernel, log, 
         job = NotebookJob(run.name, str(notebook), str(build_dir / "notebooks" / f"{run.name}.ipynb"), shown,
                           str(figures_dir), f"{figures_dir.name}/{run.name}", profile, kernel, stream,
                           environment={CACHE_ENV: str(cache_dir())})
+        # Only when one run at a time uses the cache can the masks written meanwhile be counted as this run's.
+        masks_before = mask_files(cache_dir()) if executor.capacity == 1 else None
         log(f"{tag(run)}: running {run.notebook} with {shown}" +
             (f" ({executor.name} executor)" if executor.name != "serial" else ""))
         try:
@@ -327,11 +351,11 @@ def _execute(runs, runs_file, figures_dir, build_dir, fast, force, kernel, log, 
         except Exception as err:  # noqa: BLE001 — the serial executor runs the job inside submit
             errors.append(f"run {run.name!r} did not finish: {err}")
             return
-        running[handle] = (run, out_dir, run_fingerprint, shown)
+        running[handle] = (run, out_dir, run_fingerprint, shown, masks_before)
 
     def collect(handle) -> None:
         """Install a finished job's result and record it, or keep its error."""
-        run, out_dir, run_fingerprint, shown = running.pop(handle)
+        run, out_dir, run_fingerprint, shown, masks_before = running.pop(handle)
         try:
             outcome = executor.outcome(handle)
         except Exception as err:  # noqa: BLE001 — a job that died: its error names the run
@@ -360,6 +384,7 @@ def _execute(runs, runs_file, figures_dir, build_dir, fast, force, kernel, log, 
             name=run.name, notebook=run.notebook, profile=profile, parameters=shown,
             wall_time_s=round(outcome.wall_time_s, 1), executed_notebook=str(out_dir / EXECUTED_NOTEBOOK),
             torch_threads=environment["torch_threads"], device=device, yardstick=dict(machine) or None,
+            masks_trained=masks_trained(masks_before, mask_files(cache_dir())),
             figures=sorted(p.name for p in out_dir.glob("*.png")),
             summary=summary)
         atomic_write_json(build_dir / "state" / f"{run.name}.json",

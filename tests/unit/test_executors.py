@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers.core.cache import CACHE_ENV
 from helpers.pipeline import scheduler
 from helpers.pipeline.executors import LocalExecutor, make_executor, slurm_timeout_min
 from helpers.pipeline.notebook_job import JobOutcome
@@ -271,3 +272,39 @@ def test_the_machine_yardstick_is_taken_once_before_the_first_run_and_recorded_w
     manifest = scheduler.run_pipeline(path, executor=FakeExecutor(), device="cpu", **kwargs)  # none given: none recorded
     assert {r["name"]: r["yardstick"] is None for r in manifest["runs"]} == {"a": False, "b": True, "c": False,
                                                                              "d": True}
+
+
+@dataclass
+class TrainingExecutor(FakeExecutor):
+    """One run at a time; run x writes x - 1 mask files into the cache, as that many trainings would (x = 1
+    loads all it needs)."""
+
+    capacity: int = 1
+
+    def submit(self, job, timeout_min=None):
+        masks = Path(job.environment[CACHE_ENV]) / "masks"
+        masks.mkdir(parents=True, exist_ok=True)
+        for i in range(job.parameters["x"] - 1):
+            (masks / f"model-task-{job.run}-{i}.pt").write_bytes(b"masks")
+        return super().submit(job, timeout_min)
+
+
+def test_each_run_records_how_many_masks_it_trained_and_none_when_runs_share_the_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    masks = tmp_path / "cache" / "masks"
+    masks.mkdir(parents=True)
+    (masks / "model-task-old.pt").write_bytes(b"trained before")  # loaded, not written: no run's training
+    path, kwargs = runs(tmp_path, GRAPH)
+    manifest = scheduler.run_pipeline(path, executor=TrainingExecutor(), **kwargs)
+    assert {r["name"]: r["masks_trained"] for r in manifest["runs"]} == {"a": 0, "b": 1, "c": 2, "d": 3}
+    manifest = scheduler.run_pipeline(path, executor=TrainingExecutor(capacity=2), force=True, **kwargs)
+    assert {r["masks_trained"] for r in manifest["runs"]} == {None}  # two at once: nobody's files
+
+
+def test_a_mask_file_written_again_counts_as_trained():
+    before = {"a.pt": (1, 10), "b.pt": (2, 20)}
+    assert scheduler.masks_trained(before, dict(before)) == 0
+    assert scheduler.masks_trained(before, {**before, "a.pt": (3, 10)}) == 1  # replaced by a rename: new inode
+    assert scheduler.masks_trained(before, {**before, "b.pt": (2, 21)}) == 1  # rewritten in place
+    assert scheduler.masks_trained(before, {**before, "c.pt": (4, 30)}) == 1
+    assert scheduler.masks_trained(None, before) is None
