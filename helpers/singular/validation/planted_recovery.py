@@ -432,7 +432,7 @@ CHECKS = ("A1", "A2", "A4", "B1", "C1")
 
 def checks_words(checks: dict) -> str:
     """Paper 2's checks at one site-layer in words: "A1 yes, …, C1 not judged"."""
-    return ", ".join(f"{c} {'not judged' if checks[c] is None else ('yes' if checks[c] else 'no')}" for c in CHECKS)
+    return ", ".join(f"{c} {_verdict(checks[c], 'yes', 'no')}" for c in CHECKS)
 
 
 def paper_rule_lines(rows: list[dict], rules: dict) -> list[str]:
