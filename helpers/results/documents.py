@@ -269,6 +269,15 @@ def attack_known_yes(summaries: dict) -> str:
             f"{max(rows['random']['adversarial_kl'], 0):.3g}, {'survives' if rows['random']['survives'] else 'broken'}")
 
 
+def specificity_known_yes(summaries: dict) -> str:
+    """Task-specificity's case known to be yes (notebook 08): notebook 07's matched-size rule on the planted circuit
+    at each site's strongest plant."""
+    from helpers.singular.validation.planted_recovery import specificity_words
+
+    said = [w for r in (summaries.get(PLANTED_RUN) or {}).get("plants") or [] if (w := specificity_words(r))]
+    return f"the planted circuits (08): {'; '.join(said)}" if said else NO_PLANT
+
+
 def paper2_known_yes(summaries: dict) -> str:
     """Paper 2's case known to be yes (notebook 08): the checks at a site-layer with a planted mount, beside the
     same site-layer unplanted."""
@@ -405,7 +414,8 @@ def verdict_reach(summaries: dict, claims: list[Claim]) -> str:
                                           "task_specific"),
                                          (("Trained weights matter (07)", "the trained model posed as its own weight control"), 1,
                                           "weights_matter")):
-            rows.append(f"| {rule} | {NO_PLANT} | {case}: " + "; ".join(f"{names[t]}: {outcome(said[t][index])}" for t in runs)
+            known = specificity_known_yes(summaries) if key == "task_specific" else NO_PLANT
+            rows.append(f"| {rule} | {known} | {case}: " + "; ".join(f"{names[t]}: {outcome(said[t][index])}" for t in runs)
                         + " | " + "; ".join(f"{names[t]}: {reach(t, key)}" for t in runs) + " |")
     rows += planted_reach(summaries)
     receptors, = claims_under(claims, "receptors")

@@ -11,6 +11,7 @@ import torch
 
 from helpers.singular.validation import planted as P
 from helpers.singular.validation import planted_recovery as R
+from helpers.singular.validation import verdicts as V
 from tests.conftest import cached_model
 
 RULES = R.load_plant_rules()
@@ -334,7 +335,7 @@ def test_plant_and_recover_runs_and_ablating_the_plant_removes_it(tiny):
     site = dict(name="tiny", layer=1, head=1, strengths=[2.0])
     paper_rule_run = MaskingRun.declared({"ablation": "paper"}, fast=True)
     row, logits = R.plant_and_recover(tiny, site, 2.0, sets, run, rules, unplanted, control_seeds=1, progress=False,
-                                      paper_rule_run=paper_rule_run)
+                                      paper_rule_run=paper_rule_run, specificity=True)
     assert row["n_truth"] == sum(len(v) for v in row["truth"].values()) > 0
     ruled = row["paper_rule"]  # the same plant's ground truth, scored on masks trained under the paper's rule
     assert ruled["run"].ablation == "paper" and ruled["recovery"]["n_planted"] == row["recovery"]["n_planted"]
@@ -343,6 +344,14 @@ def test_plant_and_recover_runs_and_ablating_the_plant_removes_it(tiny):
     assert row["recovery"]["total"] == sum(v.numel() for v in logits.values())
     assert row["remaining"]["planted"]["share"] < row["remaining"]["random"]["share"]
     assert row["drives_task"] == (row["accuracy"] >= RULES["drives_task"]["min_accuracy"])
+    specific = row["specificity"]  # notebook 07's rule on this circuit: seeds 0 and 1, each declared kind of nonsense
+    if row["circuit"]["kept"] < row["recovery"]["total"]:
+        assert [(m["pair"], m["a"], m["b"]) for m in specific["matched"]] == [
+            ("seeds", "seed 0", "seed 1"), *(("nonsense", "seed 0", kind) for kind in RULES["specificity"]["kinds"])]
+        assert {m["k"] for m in specific["matched"]} == {row["circuit"]["kept"]}
+        assert specific["specific"] == V.specific_at_matched_size(specific["matched"], specific["ratio"])
+    else:
+        assert specific == dict(matched=[], ratio=specific["ratio"], threshold=None, specific=None, reach=None)
     text = R.findings(dict(plants=[row], unplanted=R.unplanted_control(tiny, sets, run, rules, 1, False), rules=rules))
     assert "| tiny L1.H1 | 2× |" in text and "Negative control" in text
 
@@ -363,6 +372,65 @@ def test_paper_2s_planted_row_reads_in_words_and_reaches_the_results_table():
     assert paper2_known_yes({}).startswith("none yet")
 
 
+def test_planted_specificity_cuts_every_circuit_to_k_and_judges_by_07s_rule(tiny):
+    """The rule's main branch at a cut below the whole model (on the tiny model at the fast sizes the circuit keeps
+    every direction, which the end-to-end test above meets): a second seed on its own prompts, each declared kind
+    of nonsense, every overlap at k, the verdict and threshold by notebook 07's functions."""
+    from helpers.core.feasibility import matched_specificity_reach
+    from helpers.singular.masking.masks import MaskedModel
+    from helpers.singular.masking.training import MaskingRun, train_masks
+
+    run = MaskingRun.declared(fast=True)
+    rules = {**RULES, "plant": {**RULES["plant"], "n_pairs": 4}}
+    sets = R.prompt_sets(tiny, rules, run.n_prompts, fast=True)
+    masked = MaskedModel(tiny)
+    masks, _ = train_masks(masked, sets["train"], run.rule(), run.train_config(), progress=False)
+    k = masks.count() // 2
+    found = R.planted_specificity(masked, masks, sets, run, rules, k, progress=False)
+    assert [(m["pair"], m["b"]) for m in found["matched"]] == [
+        ("seeds", "seed 1"), *(("nonsense", kind) for kind in RULES["specificity"]["kinds"])]
+    assert {(m["k"], m["n"]) for m in found["matched"]} == {(k, masks.count())}
+    assert found["ratio"] == V.matched_rule()["ratio"]
+    assert found["threshold"] == pytest.approx(found["ratio"] * found["matched"][0]["corrected"])
+    assert found["specific"] == V.specific_at_matched_size(found["matched"], found["ratio"])
+    assert found["reach"] == V.reach_record(matched_specificity_reach(k, masks.count(), found["threshold"]))
+    assert found["matched"][0]["jaccard"] < 1  # the second seed drew its own prompts and batches: another circuit
+
+
+def _specific_row(specific, corrected_nonsense=0.1, decided_by=None, site="middle", strength=8.0):
+    matched = [dict(pair="seeds", k=900, n=1000, corrected=0.6),
+               dict(pair="nonsense", k=900, n=1000, corrected=corrected_nonsense),
+               dict(pair="nonsense", k=900, n=1000, corrected=0.05)]
+    return dict(site=site, strength=strength, specificity=dict(
+        matched=matched, ratio=0.5, threshold=0.3, specific=specific,
+        reach=dict(yes=True, no=True, decided_by=decided_by)))
+
+
+def test_the_specificity_words_say_each_outcome_and_when_sizes_decided_it():
+    assert R.specificity_words(_specific_row(True)) == (
+        "middle ×8: specific (top 900 of 1,000; beyond chance, nonsense 0.10 against seeds 0.60, threshold 0.30)")
+    assert R.specificity_words(_specific_row(False, 0.4)).startswith("middle ×8: not specific (")
+    assert R.specificity_words(_specific_row(True, decided_by="set sizes")).endswith(
+        "threshold 0.30; uninformative: decided by set sizes)")
+    empty = dict(site="late", strength=2.0, specificity=dict(matched=[], ratio=0.5, threshold=None, specific=None, reach=None))
+    assert R.specificity_words(empty) == "late ×2: not judged (the circuit keeps every direction or none)"
+    assert R.specificity_words(dict(site="late", strength=1.0, specificity=None)) is None
+    assert R.specificity_words(dict(site="late", strength=1.0)) is None  # a summary from before the rule ran in 08
+    line, = R.specificity_lines([_specific_row(True), empty, dict(site="late", strength=1.0, specificity=None)])
+    assert "middle ×8: specific" in line and "late ×2: not judged" in line and "×1" not in line
+    assert R.specificity_lines([dict(site="late", strength=1.0, specificity=None)]) == []
+
+
+def test_the_results_table_takes_specificitys_known_yes_from_the_planted_run():
+    from helpers.results.documents import NO_PLANT, PLANTED_RUN, specificity_known_yes
+
+    said = specificity_known_yes({PLANTED_RUN: {"plants": [_specific_row(True), _specific_row(False, 0.4, site="late",
+                                                                                             strength=2.0)]}})
+    assert said.startswith("the planted circuits (08): middle ×8: specific (") and "; late ×2: not specific (" in said
+    assert specificity_known_yes({}) == NO_PLANT
+    assert specificity_known_yes({PLANTED_RUN: {"plants": [dict(site="late", strength=1.0)]}}) == NO_PLANT
+
+
 def test_the_paper_rule_line_counts_only_the_plants_that_ran_it():
     scores = dict(recall=1.0, auroc=0.95)
     rows = [dict(site="late", strength=2.0, recovery=dict(recall=0.5, auroc=0.7),
@@ -372,3 +440,23 @@ def test_the_paper_rule_line_counts_only_the_plants_that_ran_it():
     assert "recovers the plant at 1 of 1 by the same rule" in line
     assert "late ×2: recall 1.00, AUROC 0.95 (our rule: 0.50, 0.70)" in line
     assert R.paper_rule_lines(rows[1:], RULES) == []
+
+
+def test_recover_plants_runs_the_specificity_rule_and_paper_rule_at_each_sites_strongest_plant_only(monkeypatch):
+    calls = []
+
+    def plant(base, site, strength, sets, run, rules, unplanted_metric, control_seeds, progress, paper_rule_run,
+              specificity=False):
+        calls.append((site["name"], strength, paper_rule_run, specificity))
+        return dict(accuracy=1.0, recovery=None), {}
+
+    monkeypatch.setattr(R, "plant_and_recover", plant)
+    monkeypatch.setattr(R, "metric_per_prompt", lambda *a, **k: None)
+    monkeypatch.setattr(R, "unplanted_control", lambda *a, **k: "control")
+    monkeypatch.setattr("helpers.singular.masking.masks.MaskedModel", lambda model: model)
+    sites = [dict(name="middle", strengths=[8.0, 1.0, 4.0], layer=1, head=0),
+             dict(name="late", strengths=[0.5, 2.0], layer=2, head=0)]
+    rows, control = R.recover_plants(None, sites, dict(held_out=None), None, RULES, paper_rule_run="paper", progress=False)
+    assert calls == [("middle", 1.0, None, False), ("middle", 4.0, None, False), ("middle", 8.0, "paper", True),
+                     ("late", 0.5, None, False), ("late", 2.0, "paper", True)]
+    assert len(rows) == 5 and control == "control"

@@ -27,7 +27,7 @@ RULE_KEYS = {"plant": {"n_pairs", "pairs_seed", "qk_boost", "ridge", "probe_prom
                        "negative_texts", "unrelated_texts", "share", "why"},
              "drives_task": {"min_accuracy"}, "recovered": {"min_recall", "min_auroc"},
              "necessary": {"max_remaining", "min_remaining_random", "bootstrap"}, "unplanted": {"circuit_ratio"},
-             "attack_calibration": {"inert_relative_sigma"},
+             "attack_calibration": {"inert_relative_sigma"}, "specificity": {"second_seed", "kinds"},
              "paper2": {"model", "site", "layer", "tile", "token", "strength", "n_tokens", "n_texts"}}
 SITE_KEYS = {"name", "layer", "head", "strengths"}
 
@@ -280,15 +280,47 @@ def judged_masks(masked, masks, sets: dict, run, control_seeds: int) -> dict:
     return {k: row[k] for k in ("kept", "kept_fraction", "kl", "random_kl", "metric", "full_metric", "random_metric")}
 
 
+def planted_specificity(masked, masks, sets: dict, run, rules: dict, k: int, progress: bool = True) -> dict:
+    """Notebook 07's task-specificity at matched size on a planted circuit, the rule's known yes (``[specificity]``):
+    a second training seed on its own draw of planted prompts and, per declared kind, masks trained on the training
+    prompts made nonsense; every circuit cut to ``k`` (the planted circuit's count) by its own mask logits and the
+    overlaps corrected for chance (``matched_overlaps``). Returns those rows, 07's declared ratio, the threshold
+    (the ratio times the seeds' overlap), the verdict (``specific_at_matched_size``; None when the circuit keeps
+    every direction or none) and whether both outcomes were reachable at these sizes."""
+    from dataclasses import replace
+
+    from helpers.core.feasibility import matched_specificity_reach
+    from helpers.singular.masking.training import train_masks
+    from helpers.singular.validation.nonsense import nonsense_task
+    from helpers.singular.validation.planted import planted_task
+    from helpers.singular.validation.verdicts import matched_overlaps, matched_rule, reach_record, specific_at_matched_size
+
+    declared, ratio = rules["specificity"], matched_rule()["ratio"]
+    other = replace(run, seed=run.seed + declared["second_seed"])
+    other_train, _ = planted_task(masked.model, sets["pairs"], run.n_prompts, other.seed).task.split(0.5, seed=other.seed)
+    seed_masks = {run.seed: masks,
+                  other.seed: train_masks(masked, other_train, other.rule(), other.train_config(), progress=progress)[0]}
+    nonsense = {kind: train_masks(masked, nonsense_task(sets["train"], kind, run.seed), run.rule(), run.train_config(),
+                                  progress=progress)[0] for kind in declared["kinds"]}
+    matched = matched_overlaps(seed_masks, nonsense, k)
+    if not matched:
+        return dict(matched=[], ratio=ratio, threshold=None, specific=None, reach=None)
+    threshold = ratio * min(r["corrected"] for r in matched if r["pair"] == "seeds")
+    return dict(matched=matched, ratio=ratio, threshold=threshold, specific=specific_at_matched_size(matched, ratio),
+                reach=reach_record(matched_specificity_reach(k, matched[0]["n"], threshold)))
+
+
 def plant_and_recover(base, site: dict, strength: float, sets: dict, run, rules: dict, unplanted_metric: torch.Tensor,
-                      control_seeds: int = 3, progress: bool = True, paper_rule_run=None) -> tuple[dict, dict]:
+                      control_seeds: int = 3, progress: bool = True, paper_rule_run=None,
+                      specificity: bool = False) -> tuple[dict, dict]:
     """One declared plant, start to end: design it on the unplanted ``base`` (its probes on the probe prompts), write
     it into a fresh copy, measure what it does (accuracy, attention, KL on unrelated text), find its ground
     truth, train notebook 02's masks (``run``) on the planted task, and score them: recall, ranks and AUROC
     (beside a same-count random set of the head's directions scored the same way), the circuit against its
     random control, and necessity (mean-ablating the ground truth, and the random set). With ``paper_rule_run``
     (our training under paper 1's ablation rule, as notebook 02's ledger runs it), its masks' recall and AUROC
-    too (``paper_rule``). Returns (the row, the trained masks' logits)."""
+    too (``paper_rule``). With ``specificity``, notebook 07's task-specificity rule on its circuit
+    (``planted_specificity``). Returns (the row, the trained masks' logits)."""
     from helpers.singular.masking.masks import AblationRule, MaskedModel
     from helpers.singular.validation.planted import PlantSpec, design_plant, plant_effects, planted_model
     from helpers.singular.masking.training import train_masks
@@ -325,6 +357,7 @@ def plant_and_recover(base, site: dict, strength: float, sets: dict, run, rules:
         paper_rule = dict(run=paper_rule_run, recovery=rule_scores, recovered=recovered(rule_scores, rules),
                           kept_by_kind=kept_by_kind(rule_logits, spec.layer, spec.head, truth),
                           train_kl=float(rule_history["kl"].iloc[-1]))
+    specific = planted_specificity(masked, masks, sets, run, rules, circuit["kept"], progress) if specificity else None
     row = dict(site=site["name"], layer=spec.layer, head=spec.head, strength=spec.ov_strength, model=model.name,
                sigma_ov=plant.sigma_ov, head_sigma_ov=plant.head_sigma_ov, sigma_qk_ratio=plant.sigma_qk / plant.head_sigma_qk,
                **{k: v for k, v in effects.items() if k not in ("ov_strength", "qk_boost")},
@@ -333,7 +366,8 @@ def plant_and_recover(base, site: dict, strength: float, sets: dict, run, rules:
                circuit=circuit, train_kl=float(history["kl"].iloc[-1]), remaining=remaining,
                drives_task=drives_task(effects["accuracy"], rules), recovered=recovered(scores, rules),
                necessary=necessary(remaining["planted"], remaining["random"], rules),
-               circuit_beats_random=beats_random(circuit["kl"], circuit["random_kl"], rules), paper_rule=paper_rule)
+               circuit_beats_random=beats_random(circuit["kl"], circuit["random_kl"], rules), paper_rule=paper_rule,
+               specificity=specific)
     del masked, model
     gc.collect()
     return row, logits
@@ -361,9 +395,9 @@ def unplanted_control(base, sets: dict, run, rules: dict, control_seeds: int = 3
 def recover_plants(base, sites: list[dict], sets: dict, run, rules: dict, control_seeds: int = 3,
                    progress: bool = True, paper_rule_run=None) -> tuple[list[dict], dict]:
     """Every declared plant (``plant_and_recover``, sites in order, strengths ascending) and the unplanted control
-    on the same prompts; with ``paper_rule_run``, also masks trained under paper 1's ablation rule at each site's
-    strongest plant. Each plant's masks are cached by ``train_masks``, so an interrupted run resumes at the first
-    plant not yet trained. Returns (one row per plant, the control)."""
+    on the same prompts; at each site's strongest plant also notebook 07's task-specificity rule and, with
+    ``paper_rule_run``, masks trained under paper 1's ablation rule. Each plant's masks are cached by
+    ``train_masks``, so an interrupted run resumes at the first plant not yet trained. Returns (one row per plant, the control)."""
     import time
 
     from helpers.singular.masking.masks import AblationRule, MaskedModel
@@ -372,9 +406,9 @@ def recover_plants(base, sites: list[dict], sets: dict, run, rules: dict, contro
     rows, total, start = [], sum(len(s["strengths"]) for s in sites), time.time()
     for site in sites:
         for strength in sorted(site["strengths"]):
-            strongest = paper_rule_run if strength == max(site["strengths"]) else None
+            strongest = strength == max(site["strengths"])
             row, _ = plant_and_recover(base, site, strength, sets, run, rules, unplanted_metric, control_seeds, progress,
-                                       strongest)
+                                       paper_rule_run if strongest else None, specificity=strongest)
             rows.append(row)
             print(f"[{len(rows)}/{total}] {site['name']} L{site['layer']}.H{site['head']} ×{strength:g}: accuracy "
                   f"{row['accuracy']:.2f}, recall {row['recovery']['recall'] if row['recovery'] else float('nan'):.2f}, "
@@ -433,6 +467,34 @@ CHECKS = ("A1", "A2", "A4", "B1", "C1")
 def checks_words(checks: dict) -> str:
     """Paper 2's checks at one site-layer in words: "A1 yes, …, C1 not judged"."""
     return ", ".join(f"{c} {_verdict(checks[c], 'yes', 'no')}" for c in CHECKS)
+
+
+def specificity_words(row: dict) -> str | None:
+    """Notebook 07's task-specificity rule on one plant's circuit, in words ("middle ×8: specific (…)"); None where
+    the rule was not run at that plant."""
+    found = row.get("specificity")
+    if found is None:
+        return None
+    where = f"{row['site']} ×{row['strength']:g}"
+    if found["specific"] is None:
+        return f"{where}: not judged (the circuit keeps every direction or none)"
+    seeds = min(r["corrected"] for r in found["matched"] if r["pair"] == "seeds")
+    nonsense = max(r["corrected"] for r in found["matched"] if r["pair"] == "nonsense")
+    k, n = found["matched"][0]["k"], found["matched"][0]["n"]
+    decided = (found["reach"] or {}).get("decided_by")
+    return (f"{where}: {_verdict(found['specific'], 'specific', 'not specific')} (top {k:,} of {n:,}; beyond chance, "
+            f"nonsense {nonsense:.2f} against seeds {seeds:.2f}, threshold {found['threshold']:.2f}"
+            + (f"; uninformative: decided by {decided}" if decided else "") + ")")
+
+
+def specificity_lines(rows: list[dict]) -> list[str]:
+    """The closing cell's line on notebook 07's task-specificity rule at the plants that ran it."""
+    said = [w for r in rows if (w := specificity_words(r))]
+    if not said:
+        return []
+    return ["- **Notebook 07's task-specificity rule on the planted circuits** (its case known to be yes; every circuit "
+            "cut to the planted circuit's count, overlaps corrected for chance, a second seed on its own prompts): "
+            + "; ".join(said) + "."]
 
 
 def paper_rule_lines(rows: list[dict], rules: dict) -> list[str]:
@@ -494,7 +556,8 @@ def findings(summary: dict, fast: bool = False) -> str:
     out += [f"- **Negative control**: the same recipe on the unplanted model keeps {100 * circuit['kept_fraction']:.1f} % "
             f"of the directions at held-out KL {_nats(circuit['kl'])}, against {_nats(circuit['random_kl'])} for its random "
             f"control: it {'beats' if unplanted['circuit_beats_random'] else 'does not beat'} it by the declared "
-            f"{rules['unplanted']['circuit_ratio']:g}×.", *paper_rule_lines(rows, rules), *attack_lines(summary),
+            f"{rules['unplanted']['circuit_ratio']:g}×.", *paper_rule_lines(rows, rules), *specificity_lines(rows),
+            *attack_lines(summary),
             *paper2_lines(summary), "",
             "| site | strength | accuracy | ground truth kept (OV, QK) | recall | AUROC (random set) | median rank | "
             "gain left: planted ablated | random ablated | circuit kept | recovered | necessary |",

@@ -387,8 +387,8 @@ def judged(attack_table: pd.DataFrame, seeds: pd.DataFrame, jaccards: list[dict]
     return dict(
         survives={r.label: bool(r.survives) for r in circuits.itertuples()},
         attack_steps=max(rules["attack"].checkpoints), bound=bound, total_directions=total,
-        task_specific=specific, task_specific_reach=_reach_record(specific_reach),
-        task_specific_matched=at_matched, task_specific_matched_reach=_reach_record(at_matched_reach),
+        task_specific=specific, task_specific_reach=reach_record(specific_reach),
+        task_specific_matched=at_matched, task_specific_matched_reach=reach_record(at_matched_reach),
         matched_threshold=threshold_matched,
         nonsense_jaccard=max(nonsense_jaccards.values()) if nonsense_jaccards else None,
         lowest_seed_jaccard=min(seed_jaccards) if seed_jaccards else None,
@@ -396,7 +396,7 @@ def judged(attack_table: pd.DataFrame, seeds: pd.DataFrame, jaccards: list[dict]
         control_kept_fractions=({c: _none_if_nan(f) for c, f in zip(weights["control"], weights["at_bound_kept_fraction"])}
                                 if len(weights) else {}),
         controls_training_failed=failed,
-        weights_matter=matter, weights_matter_reach=_reach_record(matter_reach),
+        weights_matter=matter, weights_matter_reach=reach_record(matter_reach),
         attack_calibration=calibration(nested))
 
 
@@ -414,7 +414,8 @@ def judged_from_summary(summary: dict, rules: dict, total: int | None = None) ->
                   nonsense, weights, rules, int(total), summary.get("matched_overlaps"), summary.get("nested_attack"))
 
 
-def _reach_record(reach) -> dict | None:
+def reach_record(reach) -> dict | None:
+    """A ``helpers.core.feasibility.Reach`` as a summary holds it (None stays None)."""
     return None if reach is None else dict(yes=reach.yes, no=reach.no, decided_by=reach.decided_by)
 
 
