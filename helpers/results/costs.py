@@ -187,15 +187,24 @@ def declared(records: list[dict], runs_file: Path = RUNS_FILE) -> list[dict]:
     return [r for r in records if r["name"] in names]
 
 
+def masks_words(record: dict) -> str:
+    """What a run's record says of the masks it trained (``masks_trained``, counted by the pipeline's scheduler):
+    a run that trained none loaded every mask it used from the cache, or uses none."""
+    trained = record.get("masks_trained")
+    if trained is None:
+        return "not recorded"
+    return "none trained" if trained == 0 else f"{trained} trained"
+
+
 def runs_table(full: list[dict]) -> str:
-    """Every recorded run's last cost, in the manifest's order."""
-    rows = ["| run | last run | in plain passes | its machine's plain pass |", "|---|---|---|---|"]
+    """Every recorded run's last cost, in the manifest's order, and the masks it trained meanwhile."""
+    rows = ["| run | last run | in plain passes | its machine's plain pass | masks |", "|---|---|---|---|---|"]
     for record in full:
         yardstick = record.get("yardstick")
         seconds = float(record["wall_time_s"])
         rows.append(f"| `{record['name']}` | {minutes(seconds)} | {passes_words(plain_passes(seconds, yardstick))} | "
                     + (f"{yardstick['plain_pass_s']} s ({yardstick['threads']} threads, {yardstick['measured_on']})"
-                       if yardstick else "not measured then") + " |")
+                       if yardstick else "not measured then") + f" | {masks_words(record)} |")
     return "\n".join(rows)
 
 

@@ -112,3 +112,13 @@ def test_the_pipeline_command_measures_the_yardstick_unless_fast_or_told_not_to(
     for argv in ([], ["--fast"], ["--no-yardstick"]):
         assert command.main(argv) == 0
     assert given == [Y.machine_yardstick, None, None]
+
+
+def test_the_runs_table_says_what_each_run_trained():
+    records = [dict(name="a", wall_time_s=60.0, yardstick=STICK, masks_trained=0),
+               dict(name="b", wall_time_s=60.0, yardstick=STICK, masks_trained=3),
+               dict(name="c", wall_time_s=60.0, yardstick=None, masks_trained=None), dict(name="d", wall_time_s=60.0)]
+    table = C.runs_table(records).splitlines()
+    assert table[0].endswith("| masks |") and table[1] == "|---|---|---|---|---|"
+    assert [row.rsplit(" | ", 1)[1] for row in table[2:]] == ["none trained |", "3 trained |", "not recorded |",
+                                                               "not recorded |"]
