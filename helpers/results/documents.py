@@ -515,21 +515,22 @@ def workshop_manifest(root: Path = ROOT) -> dict | None:
     return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
 
 
-def readme_text(readme: str, manifest: dict, root: Path = ROOT) -> str:
-    """README.md with its verdicts, its section on the papers' own models and its costs made again."""
-    return with_costs(with_paper_models(with_verdicts(readme, manifest), root), manifest, workshop_manifest(root))
+def readme_text(readme: str, manifest: dict, workshop: dict | None, root: Path = ROOT) -> str:
+    """README.md with its verdicts, its section on the papers' own models and its costs made again (``workshop``:
+    ``workshop_manifest``)."""
+    return with_costs(with_paper_models(with_verdicts(readme, manifest), root), manifest, workshop)
 
 
 def update(root: Path = ROOT) -> list[str]:
     """Rewrite RESULTS.md, the README's verdicts and costs, docs/workshop.md's times and the summary figures;
     the names of what changed."""
     manifest = json.loads((root / "figures" / "manifest.json").read_text(encoding="utf-8"))
+    workshop_runs = workshop_manifest(root)
     readme, workshop = root / "README.md", root / "docs" / "workshop.md"
     changed = [name for name, path, text in (
         ("RESULTS.md", root / "RESULTS.md", results_page(manifest)),
-        ("README.md", readme, readme_text(readme.read_text(encoding="utf-8"), manifest, root)),
-        ("docs/workshop.md", workshop, with_costs(workshop.read_text(encoding="utf-8"), manifest,
-                                                  workshop_manifest(root))))
+        ("README.md", readme, readme_text(readme.read_text(encoding="utf-8"), manifest, workshop_runs, root)),
+        ("docs/workshop.md", workshop, with_costs(workshop.read_text(encoding="utf-8"), manifest, workshop_runs)))
         if _write(path, text)]
     write_figures(manifest, root)
     return changed
