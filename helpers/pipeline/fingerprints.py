@@ -1,7 +1,8 @@
 """What a run's result depends on, as one digest: the pipeline reuses a run only when its fingerprint is unchanged.
 
 The digest covers the notebook and its parameters, the source of every ``helpers`` module the notebook imports
-(transitively: ``helper_modules``), the files it declares or names in a parameter, the installed packages, the
+(transitively: ``helper_modules``), the files of ``data/`` those modules name (``data_files``: the declared rules
+and thresholds they read), the files it declares or names in a parameter, the installed packages, the
 thread count and the device's numerics (``environment_record``), and the results of the runs it reads. The
 circuit evaluator's reports (``helpers.results.circuit_reports``) use the same module walk and environment.
 """
@@ -81,6 +82,16 @@ def helper_modules(notebook: Path, root: Path = PACKAGE_ROOT) -> list[Path]:
     return module_sources(set().union(*(_imported_helpers(code) for code in notebook_code(notebook))), root)
 
 
+def data_files(sources: list[Path], data: Path) -> list[Path]:
+    """The files of the ``data`` folder whose names appear in these module sources. A module reads its declared
+    rules or thresholds by name (``ROOT / "data" / "verdict_rules.toml"``), so a run whose modules name a file depends on
+    it, whether or not its run declares it; a name in a docstring counts too, which can only make reuse rarer."""
+    if not data.is_dir():
+        return []
+    texts = [source.read_text() for source in sources]
+    return sorted(path for path in data.iterdir() if path.is_file() and any(path.name in text for text in texts))
+
+
 def _hash_path(digest, path: Path) -> None:
     """A file's name and bytes, or a folder's every file (sorted, by relative name)."""
     files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
@@ -128,10 +139,12 @@ def fingerprint(run: Run, notebook: Path, params: dict, runs_file: Path, depende
     digest = hashlib.sha256()
     digest.update(notebook.read_bytes())
     digest.update(json.dumps({k: v for k, v in params.items() if k != "out_dir"}, sort_keys=True).encode())
-    for source in helper_modules(notebook, root):
+    sources = helper_modules(notebook, root)
+    for source in sources:
         digest.update(str(source.relative_to(root)).encode())
         digest.update(source.read_bytes())
-    for item in sorted({*(runs_file.parent / i for i in run.inputs), *parameter_paths(params, notebook.parent)}):
+    for item in sorted({*(runs_file.parent / i for i in run.inputs), *parameter_paths(params, notebook.parent),
+                        *data_files(sources, root.parent / "data")}):
         _hash_path(digest, item)
     digest.update(json.dumps(environment, sort_keys=True).encode())
     digest.update(json.dumps({name: dependencies.get(name, "never finished") for name in run.after}).encode())

@@ -273,6 +273,7 @@ def test_the_fingerprint_covers_imported_helpers_packages_and_upstream_results(t
 
     root = tmp_path / "helpers"
     shutil.copytree(PACKAGE_ROOT, root, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(PACKAGE_ROOT.parent / "data", tmp_path / "data")
     notebook = tmp_path / "04_tiled_svd.ipynb"
     shutil.copy(NOTEBOOKS / notebook.name, notebook)
     run = Run("r", notebook.name, after=["up"])
@@ -304,6 +305,12 @@ def test_the_fingerprint_covers_imported_helpers_packages_and_upstream_results(t
     assert digest(env=changed) != second
     assert digest(env={**environment, "torch_threads": environment["torch_threads"] + 1}) != second
     assert digest(upstream="u2") != second
+    with open(tmp_path / "data" / "planted_mechanisms.toml", "a") as handle:  # no module of notebook 04 reads it
+        handle.write("\n# another notebook's rules\n")
+    assert digest() == second
+    with open(tmp_path / "data" / "tiled_svd_thresholds.toml", "a") as handle:  # tiled.thresholds reads it; 04's run
+        handle.write("\n# a changed threshold\n")                            # does not declare it
+    assert digest() != second
 
 
 def test_the_executed_notebook_beside_the_figures_is_readable_and_the_same_on_a_rerun(tmp_path):
