@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import time
 
-import torch
-
 from helpers.core.weights import layer_weights
 from helpers.singular.validation.adversary import adversarial_kl, stochastic_kl, survives
 from helpers.singular.directions.augmented import layer_svds

@@ -32,7 +32,6 @@ import math
 import random
 from dataclasses import dataclass, field, replace
 
-import numpy as np
 import torch
 
 from helpers.core.models import load_model

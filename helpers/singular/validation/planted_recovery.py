@@ -11,8 +11,8 @@ is read from ``data/planted_mechanisms.toml``, declared before the first run.
 from __future__ import annotations
 
 import gc
-import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -21,6 +21,9 @@ from helpers.core.declared import load_declared
 from helpers.core.weights import layer_weights
 from helpers.singular.directions.augmented import layer_svds
 from helpers.singular.masking.circuits import beats_random_by
+
+if TYPE_CHECKING:
+    from helpers.singular.validation.planted import Plant
 
 PLANT_RULES = Path(__file__).resolve().parents[3] / "data" / "planted_mechanisms.toml"
 RULE_KEYS = {"plant": {"n_pairs", "pairs_seed", "qk_boost", "ridge", "probe_prompts", "effect_prompts",
