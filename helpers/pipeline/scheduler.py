@@ -10,8 +10,8 @@ Each run writes its figures, ``summary.json`` and a readable copy of its execute
 ``figures/manifest.json`` records parameters, package versions, model, wall time and each run's summary.
 
 A run is reused only when nothing it depends on changed since it last finished: its notebook and
-parameters, the source of every ``helpers`` module the notebook imports (transitively), the files it
-declares (``inputs``) or names in a parameter, the installed packages, the thread count, the device and its
+parameters, the source of every ``helpers`` module the notebook imports (transitively) and the files of
+``data/`` those modules name, the files it declares (``inputs``) or names in a parameter, the installed packages, the thread count, the device and its
 numerics (``--device``: auto, the default, is the GPU where there is one; ``helpers.core.device``), and the
 results of the runs it declares it reads (``after``). So a re-run after an interruption continues where it stopped,
 and nothing stale is reused. Parameters are checked against the notebook's parameters cell before
