@@ -184,6 +184,28 @@ def nested_calibration(summaries: dict) -> str | None:
     return f"Notebook 07, per task. {'. '.join(parts)}." if parts else None
 
 
+def specificity_calibration(summaries: dict) -> str | None:
+    """Task-specificity's positive control (notebook 08): notebook 07's matched-size rule on the planted circuits,
+    where the mechanism is task-specific by construction. Where it says "not specific" at every plant that drives
+    the task, a "not specific" elsewhere says nothing. None until notebook 08 has run the rule."""
+    from helpers.singular.validation.planted_recovery import specificity_words
+
+    judged = [r for r in (summaries.get(PLANTED_RUN) or {}).get("plants") or []
+              if (r.get("specificity") or {}).get("specific") is not None and r["drives_task"]]
+    if not judged:
+        return None
+    said = "; ".join(specificity_words(r) for r in judged)
+    if any(r["specificity"]["specific"] for r in judged):
+        return (f"Task-specificity's positive control, the planted circuits of notebook 08 (the plant drives the task): "
+                f"{said}. So the matched-size rule can say yes.")
+    sizes = ", ".join(f"{r['n_truth']} of the {r['specificity']['matched'][0]['k']:,} at {r['site']} ×{r['strength']:g}"
+                      for r in judged)
+    return (f"**Task-specificity's positive control fails**: judged by the same matched-size rule, the planted circuits "
+            f"of notebook 08, where the mechanism is task-specific by construction and drives the task, are {said}. "
+            f"The rule judges whole circuits, and the plant's ground-truth directions are few of those a circuit keeps "
+            f"({sizes}), so its \"not specific\" says nothing about a task.")
+
+
 def attack_calibration(summaries: dict) -> str:
     """Whether the adversary has ever let a circuit that leaves a direction out hold its bound, over every
     notebook-07 run: until one does, "does not survive" cannot be told apart from an attack that breaks
@@ -227,7 +249,8 @@ def circuit_checks(summaries: dict) -> str:
         else:
             lines.append(f"- **{name}:** {verdict_line(summaries[run], rejudged(summaries, run))}. "
                          f"Shown in {_run_link(run)}.")
-    return "\n".join(lines) + "\n\n" + " ".join(filter(None, [attack_calibration(summaries), nested_calibration(summaries)]))
+    return "\n".join(lines) + "\n\n" + " ".join(filter(None, [attack_calibration(summaries), nested_calibration(summaries),
+                                                            specificity_calibration(summaries)]))
 
 
 NO_PLANT = "none yet: no planted mechanism"

@@ -460,3 +460,20 @@ def test_recover_plants_runs_the_specificity_rule_and_paper_rule_at_each_sites_s
     assert calls == [("middle", 1.0, None, False), ("middle", 4.0, None, False), ("middle", 8.0, "paper", True),
                      ("late", 0.5, None, False), ("late", 2.0, "paper", True)]
     assert len(rows) == 5 and control == "control"
+
+
+def test_specificitys_positive_control_reads_as_failed_only_when_every_driving_plant_says_no():
+    from helpers.results.documents import PLANTED_RUN, specificity_calibration
+
+    def plant(specific, drives=True, site="middle", strength=8.0):
+        return {**_specific_row(specific, site=site, strength=strength), "drives_task": drives, "n_truth": 8}
+
+    failed = specificity_calibration({PLANTED_RUN: {"plants": [plant(False), plant(False, site="late", strength=2.0)]}})
+    assert failed.startswith("**Task-specificity's positive control fails**") and "middle ×8: not specific (" in failed
+    assert "(8 of the 900 at middle ×8, 8 of the 900 at late ×2)" in failed and failed.endswith("says nothing about a task.")
+    passed = specificity_calibration({PLANTED_RUN: {"plants": [plant(False), plant(True, site="late", strength=2.0)]}})
+    assert passed.endswith("So the matched-size rule can say yes.") and "late ×2: specific (" in passed
+    weak = specificity_calibration({PLANTED_RUN: {"plants": [plant(False), plant(True, drives=False, site="late")]}})
+    assert weak.startswith("**Task-specificity's positive control fails**")  # a plant that does not drive the task is not a case of yes
+    assert specificity_calibration({PLANTED_RUN: {"plants": [dict(site="late", strength=1.0, drives_task=True)]}}) is None
+    assert specificity_calibration({}) is None
