@@ -82,14 +82,15 @@ def helper_modules(notebook: Path, root: Path = PACKAGE_ROOT) -> list[Path]:
     return module_sources(set().union(*(_imported_helpers(code) for code in notebook_code(notebook))), root)
 
 
-def data_files(sources: list[Path], data: Path) -> list[Path]:
-    """The files of the ``data`` folder whose names appear in these module sources. A module reads its declared
-    rules or thresholds by name (``ROOT / "data" / "verdict_rules.toml"``), so a run whose modules name a file depends on
-    it, whether or not its run declares it; a name in a docstring counts too, which can only make reuse rarer."""
+def data_files(texts: list[bytes], data: Path) -> list[Path]:
+    """The files of the ``data`` folder whose names appear in these module sources (``texts``). A module reads its
+    declared rules or thresholds by name (``ROOT / "data" / "verdict_rules.toml"``), so a run whose modules name a
+    file depends on it, whether or not its run declares it; a name in a docstring counts too, which can only make
+    reuse rarer."""
     if not data.is_dir():
         return []
-    texts = [source.read_text() for source in sources]
-    return sorted(path for path in data.iterdir() if path.is_file() and any(path.name in text for text in texts))
+    return sorted(path for path in data.iterdir()
+                  if path.is_file() and any(path.name.encode() in text for text in texts))
 
 
 def _hash_path(digest, path: Path) -> None:
@@ -139,12 +140,12 @@ def fingerprint(run: Run, notebook: Path, params: dict, runs_file: Path, depende
     digest = hashlib.sha256()
     digest.update(notebook.read_bytes())
     digest.update(json.dumps({k: v for k, v in params.items() if k != "out_dir"}, sort_keys=True).encode())
-    sources = helper_modules(notebook, root)
-    for source in sources:
+    sources = {source: source.read_bytes() for source in helper_modules(notebook, root)}
+    for source, text in sources.items():
         digest.update(str(source.relative_to(root)).encode())
-        digest.update(source.read_bytes())
+        digest.update(text)
     for item in sorted({*(runs_file.parent / i for i in run.inputs), *parameter_paths(params, notebook.parent),
-                        *data_files(sources, root.parent / "data")}):
+                        *data_files(list(sources.values()), root.parent / "data")}):
         _hash_path(digest, item)
     digest.update(json.dumps(environment, sort_keys=True).encode())
     digest.update(json.dumps({name: dependencies.get(name, "never finished") for name in run.after}).encode())

@@ -11,11 +11,12 @@ Each run writes its figures, ``summary.json`` and a readable copy of its execute
 
 A run is reused only when nothing it depends on changed since it last finished: its notebook and
 parameters, the source of every ``helpers`` module the notebook imports (transitively) and the files of
-``data/`` those modules name, the files it declares (``inputs``) or names in a parameter, the installed packages, the thread count, the device and its
-numerics (``--device``: auto, the default, is the GPU where there is one; ``helpers.core.device``), and the
-results of the runs it declares it reads (``after``). So a re-run after an interruption continues where it stopped,
-and nothing stale is reused. Parameters are checked against the notebook's parameters cell before
-anything runs: an unknown name or a value of another type than the default's is refused.
+``data/`` those modules name, the files it declares (``inputs``) or names in a parameter, the installed
+packages, the thread count, the device and its numerics (``--device``: auto, the default, is the GPU where
+there is one; ``helpers.core.device``), and the results of the runs it declares it reads (``after``). So a
+re-run after an interruption continues where it stopped, and nothing stale is reused. Parameters are checked
+against the notebook's parameters cell before anything runs: an unknown name or a value of another type than
+the default's is refused.
 
 A run executes into a temporary folder that replaces ``figures/<run name>/`` only when it succeeds, so a
 failed or interrupted run leaves the previous result whole (and the manifest no longer lists it).
