@@ -244,7 +244,7 @@ MUTANTS = [  # (file, original text, mutated text, tests to run, what the mutant
  ("helpers/pipeline/fingerprints.py", "    for item in sorted({*(runs_file.parent / i for i in run.inputs), *parameter_paths(params, notebook.parent),\n                        *data_files(list(sources.values()), root.parent / \"data\")}):", "    for item in sorted({*(runs_file.parent / i for i in run.inputs), *parameter_paths(params, notebook.parent)}):", "tests/notebooks/test_pipeline.py::test_the_fingerprint_covers_imported_helpers_packages_and_upstream_results", "a data file a run's modules read left out of its fingerprint"),
  ("helpers/singular/validation/planted_recovery.py", "    other = replace(run, seed=run.seed + declared[\"second_seed\"])", "    other = replace(run, seed=run.seed)", "tests/unit/test_planted.py", "the second seed is the first"),
  ("helpers/results/documents.py", '    if any(r["specificity"]["specific"] for r in judged):', '    if all(r["specificity"]["specific"] for r in judged):', "tests/unit/test_planted.py", "specificity's control passes only when every plant passes"),
- ("helpers/results/documents.py", '              if (r.get("specificity") or {}).get("specific") is not None and r["drives_task"]]', '              if (r.get("specificity") or {}).get("specific") is not None]', "tests/unit/test_planted.py", "a weak plant counted as a case of yes"),
+ ("helpers/results/documents.py", '            if r.get("specificity") is not None and r["drives_task"]]', '            if r.get("specificity") is not None]', "tests/unit/test_planted.py", "a weak plant counted as a case of yes"),
 ]
 
 

@@ -190,8 +190,7 @@ def specificity_calibration(summaries: dict) -> str | None:
     the task, a "not specific" elsewhere says nothing. None until notebook 08 has run the rule."""
     from helpers.singular.validation.planted_recovery import specificity_words
 
-    judged = [r for r in (summaries.get(PLANTED_RUN) or {}).get("plants") or []
-              if (r.get("specificity") or {}).get("specific") is not None and r["drives_task"]]
+    judged = [r for r in specificity_cases(summaries) if r["specificity"]["specific"] is not None]
     if not judged:
         return None
     said = "; ".join(specificity_words(r) for r in judged)
@@ -292,12 +291,19 @@ def attack_known_yes(summaries: dict) -> str:
             f"{max(rows['random']['adversarial_kl'], 0):.3g}, {'survives' if rows['random']['survives'] else 'broken'}")
 
 
+def specificity_cases(summaries: dict) -> list[dict]:
+    """Task-specificity's cases known to be yes (notebook 08): the plants that ran notebook 07's matched-size rule
+    (each site's strongest) and drive the task; a plant that does not drive the task is no case of yes."""
+    return [r for r in (summaries.get(PLANTED_RUN) or {}).get("plants") or []
+            if r.get("specificity") is not None and r["drives_task"]]
+
+
 def specificity_known_yes(summaries: dict) -> str:
-    """Task-specificity's case known to be yes (notebook 08): notebook 07's matched-size rule on the planted circuit
-    at each site's strongest plant."""
+    """The "known yes" cell of task-specificity's row: notebook 07's matched-size rule on each planted circuit of
+    ``specificity_cases``."""
     from helpers.singular.validation.planted_recovery import specificity_words
 
-    said = [w for r in (summaries.get(PLANTED_RUN) or {}).get("plants") or [] if (w := specificity_words(r))]
+    said = [specificity_words(r) for r in specificity_cases(summaries)]
     return f"the planted circuits (08): {'; '.join(said)}" if said else NO_PLANT
 
 

@@ -401,7 +401,7 @@ def _specific_row(specific, corrected_nonsense=0.1, decided_by=None, site="middl
     matched = [dict(pair="seeds", k=900, n=1000, corrected=0.6),
                dict(pair="nonsense", k=900, n=1000, corrected=corrected_nonsense),
                dict(pair="nonsense", k=900, n=1000, corrected=0.05)]
-    return dict(site=site, strength=strength, specificity=dict(
+    return dict(site=site, strength=strength, drives_task=True, specificity=dict(
         matched=matched, ratio=0.5, threshold=0.3, specific=specific,
         reach=dict(yes=True, no=True, decided_by=decided_by)))
 
@@ -429,6 +429,8 @@ def test_the_results_table_takes_specificitys_known_yes_from_the_planted_run():
     assert said.startswith("the planted circuits (08): middle ×8: specific (") and "; late ×2: not specific (" in said
     assert specificity_known_yes({}) == NO_PLANT
     assert specificity_known_yes({PLANTED_RUN: {"plants": [dict(site="late", strength=1.0)]}}) == NO_PLANT
+    weak = {**_specific_row(False, site="late", strength=1.0), "drives_task": False}  # no case of yes
+    assert specificity_known_yes({PLANTED_RUN: {"plants": [weak]}}) == NO_PLANT
 
 
 def test_the_paper_rule_line_counts_only_the_plants_that_ran_it():
