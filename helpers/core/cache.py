@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Iterator
 
 CACHE_ENV = "SVDIRS_CACHE"
+MASKS = "masks"
+"""The cache's folder of trained masks (``helpers.singular.masking``), one file per training."""
 
 
 def cache_dir(*parts: str) -> Path:

@@ -48,7 +48,7 @@ import platform
 import shutil
 from pathlib import Path
 
-from helpers.core.cache import atomic_write_json, replace_dir, sha256_file
+from helpers.core.cache import MASKS, atomic_write_json, replace_dir, sha256_file
 from helpers.pipeline.executors import SerialExecutor, slurm_timeout_min
 from helpers.pipeline.fingerprints import environment_record, fingerprint
 from helpers.pipeline.notebook_job import EXECUTED_NOTEBOOK, NotebookJob
@@ -285,7 +285,7 @@ def mask_files(cache: Path) -> dict[str, tuple[int, int]]:
     training, by one rename), each as (inode, modification time): a file new or written again since an earlier
     call was trained in between."""
     found = {}
-    for path in (cache / "masks").glob("*.pt"):
+    for path in (cache / MASKS).glob("*.pt"):
         try:
             stat = path.stat()
         except FileNotFoundError:  # replaced while listing: the next call sees it

@@ -186,23 +186,26 @@ def nested_calibration(summaries: dict) -> str | None:
 
 def specificity_calibration(summaries: dict) -> str | None:
     """Task-specificity's positive control (notebook 08): notebook 07's matched-size rule on the planted circuits,
-    where the mechanism is task-specific by construction. Where it says "not specific" at every plant that drives
-    the task, a "not specific" elsewhere says nothing. None until notebook 08 has run the rule."""
+    against nonsense that cannot fire the plant (random tokens without its triggers). Where it says "not specific"
+    at every plant that drives the task, a "not specific" elsewhere says nothing. None until notebook 08 has run
+    the rule against that nonsense."""
     from helpers.singular.validation.planted_recovery import specificity_words
 
-    judged = [r for r in specificity_cases(summaries) if r["specificity"]["specific"] is not None]
+    judged = [r for r in specificity_cases(summaries)
+              if r["specificity"]["specific"] is not None and r["specificity"].get("without_triggers")]
     if not judged:
         return None
     said = "; ".join(specificity_words(r) for r in judged)
-    if any(r["specificity"]["specific"] for r in judged):
-        return (f"Task-specificity's positive control, the planted circuits of notebook 08 (the plant drives the task): "
-                f"{said}. So the matched-size rule can say yes.")
+    if any(r["specificity"]["without_triggers"]["specific"] for r in judged):
+        return (f"Task-specificity's positive control, the planted circuits of notebook 08 (the plant drives the task) "
+                f"against random tokens without the plant's triggers: {said}. So the matched-size rule can say yes.")
     sizes = ", ".join(f"{r['n_truth']} of the {r['specificity']['matched'][0]['k']:,} at {r['site']} ×{r['strength']:g}"
                       for r in judged)
     return (f"**Task-specificity's positive control fails**: judged by the same matched-size rule, the planted circuits "
-            f"of notebook 08, where the mechanism is task-specific by construction and drives the task, are {said}. "
-            f"The rule judges whole circuits, and the plant's ground-truth directions are few of those a circuit keeps "
-            f"({sizes}), so its \"not specific\" says nothing about a task.")
+            f"of notebook 08, whose plant drives the task, are not specific even against nonsense that cannot fire the "
+            f"plant (random tokens without its triggers): {said}. The rule judges whole circuits, and the plant's "
+            f"ground-truth directions are few of those a circuit keeps ({sizes}), so its \"not specific\" says nothing "
+            f"about a task.")
 
 
 def attack_calibration(summaries: dict) -> str:

@@ -10,7 +10,7 @@ column, at least one. Every summary records the choice and the widths it gave.
 """
 from __future__ import annotations
 
-from helpers.tiled.sites import PAPER_WIDTHS, SEARCH_WIDTHS
+from helpers.tiled.sites import SEARCH_WIDTHS
 
 GEMMA_2_2B = dict(d_model=2304, d_mlp=9216, d_head=256)
 """The dimensions the paper's widths were chosen for."""

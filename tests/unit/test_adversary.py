@@ -157,6 +157,36 @@ def test_random_token_nonsense_corrupts_exactly_the_positions_the_task_corrupts(
             assert torch.equal(nonsense.corrupted[i, end:], task.corrupted[i, end:])
 
 
+def test_random_tokens_can_leave_ids_out_and_the_holding_share_counts_prompts_that_hold_them():
+    """``exclude`` removes ids from what random tokens draw (a planted trigger can then not appear), and only random
+    tokens take it; ``holding_share`` is checked against a hand count."""
+    from helpers.singular.tasks import make_task
+    from helpers.singular.validation.nonsense import holding_share
+
+    model = cached_model("tiny-llama", "fold_norm")
+    task = make_task("ioi", model, 8, seed=0)
+    drawn = nonsense_task(task, "random_tokens", seed=4)
+    body = lambda t, i: t.clean[i, 1: int(t.answer_pos[i]) + 1].tolist()  # noqa: E731
+    common = max(set(x for i in range(len(task)) for x in body(drawn, i)),
+                 key=lambda x: (sum(body(drawn, i).count(x) for i in range(len(task))), x))
+    without = nonsense_task(task, "random_tokens", seed=4, exclude=(common,))
+    for i in range(len(task)):
+        end = int(task.answer_pos[i]) + 1
+        assert common not in without.clean[i, :end].tolist() and common not in without.corrupted[i, :end].tolist()
+    assert without.name.endswith("random_tokens-without-1-ids") and drawn.name.endswith("-random_tokens")
+    assert holding_share(without, (common,)) == 0.0
+    hand = sum(common in body(drawn, i) for i in range(len(task))) / len(task)
+    assert holding_share(drawn, (common,)) == hand > 0
+    assert holding_share(nonsense_task(task, "shuffled", seed=4), (int(task.clean[0, 1]),)) >= 1 / len(task)
+    with pytest.raises(ValueError, match="only random tokens"):
+        nonsense_task(task, "shuffled", exclude=(common,))
+    ids = sorted(set(x for i in range(len(task)) for x in body(task, i)))
+    with pytest.raises(ValueError, match="outside exclude"):
+        nonsense_task(task, "random_tokens", exclude=tuple(ids[1:]))  # one id left: nothing to corrupt with
+    with pytest.raises(ValueError, match="name at least one"):
+        holding_share(task, ())
+
+
 def test_the_prompts_split_into_a_climb_half_and_a_report_half_that_share_nothing():
     from helpers.singular.validation.adversary import split_rows
 

@@ -347,11 +347,14 @@ def test_plant_and_recover_runs_and_ablating_the_plant_removes_it(tiny):
     specific = row["specificity"]  # notebook 07's rule on this circuit: seeds 0 and 1, each declared kind of nonsense
     if row["circuit"]["kept"] < row["recovery"]["total"]:
         assert [(m["pair"], m["a"], m["b"]) for m in specific["matched"]] == [
-            ("seeds", "seed 0", "seed 1"), *(("nonsense", "seed 0", kind) for kind in RULES["specificity"]["kinds"])]
+            ("seeds", "seed 0", "seed 1"), *(("nonsense", "seed 0", kind) for kind in RULES["specificity"]["kinds"]),
+            ("nonsense", "seed 0", R.WITHOUT_TRIGGERS)]
         assert {m["k"] for m in specific["matched"]} == {row["circuit"]["kept"]}
-        assert specific["specific"] == V.specific_at_matched_size(specific["matched"], specific["ratio"])
+        assert specific["specific"] == V.specific_at_matched_size(specific["matched"][:-1], specific["ratio"])
     else:
-        assert specific == dict(matched=[], ratio=specific["ratio"], threshold=None, specific=None, reach=None)
+        assert specific == dict(matched=[], ratio=specific["ratio"], threshold=None, specific=None, reach=None,
+                                trigger_share=specific["trigger_share"], without_triggers=None)
+    assert specific["trigger_share"]["shuffled"] == 1.0 and specific["trigger_share"][R.WITHOUT_TRIGGERS] == 0.0
     text = R.findings(dict(plants=[row], unplanted=R.unplanted_control(tiny, sets, run, rules, 1, False), rules=rules))
     assert "| tiny L1.H1 | 2× |" in text and "Negative control" in text
 
@@ -388,22 +391,33 @@ def test_planted_specificity_cuts_every_circuit_to_k_and_judges_by_07s_rule(tiny
     k = masks.count() // 2
     found = R.planted_specificity(masked, masks, sets, run, rules, k, progress=False)
     assert [(m["pair"], m["b"]) for m in found["matched"]] == [
-        ("seeds", "seed 1"), *(("nonsense", kind) for kind in RULES["specificity"]["kinds"])]
+        ("seeds", "seed 1"), *(("nonsense", kind) for kind in RULES["specificity"]["kinds"]),
+        ("nonsense", R.WITHOUT_TRIGGERS)]
     assert {(m["k"], m["n"]) for m in found["matched"]} == {(k, masks.count())}
     assert found["ratio"] == V.matched_rule()["ratio"]
     assert found["threshold"] == pytest.approx(found["ratio"] * found["matched"][0]["corrected"])
-    assert found["specific"] == V.specific_at_matched_size(found["matched"], found["ratio"])
+    declared, free = found["matched"][:-1], [found["matched"][0], found["matched"][-1]]
+    assert found["specific"] == V.specific_at_matched_size(declared, found["ratio"])  # the declared kinds only
+    assert found["without_triggers"] == dict(kind=R.WITHOUT_TRIGGERS, corrected=free[1]["corrected"],
+                                             specific=V.specific_at_matched_size(free, found["ratio"]))
+    # every planted prompt holds its trigger, so shuffling keeps it; random tokens without the triggers hold none
+    assert found["trigger_share"]["shuffled"] == 1.0 and found["trigger_share"][R.WITHOUT_TRIGGERS] == 0.0
+    assert 0 < found["trigger_share"]["random_tokens"] < 1
     assert found["reach"] == V.reach_record(matched_specificity_reach(k, masks.count(), found["threshold"]))
     assert found["matched"][0]["jaccard"] < 1  # the second seed drew its own prompts and batches: another circuit
 
 
-def _specific_row(specific, corrected_nonsense=0.1, decided_by=None, site="middle", strength=8.0):
-    matched = [dict(pair="seeds", k=900, n=1000, corrected=0.6),
-               dict(pair="nonsense", k=900, n=1000, corrected=corrected_nonsense),
-               dict(pair="nonsense", k=900, n=1000, corrected=0.05)]
-    return dict(site=site, strength=strength, drives_task=True, specificity=dict(
-        matched=matched, ratio=0.5, threshold=0.3, specific=specific,
-        reach=dict(yes=True, no=True, decided_by=decided_by)))
+def _specific_row(specific, corrected_nonsense=0.1, decided_by=None, site="middle", strength=8.0, free=None):
+    matched = [dict(pair="seeds", b="seed 1", k=900, n=1000, corrected=0.6),
+               dict(pair="nonsense", b="shuffled", k=900, n=1000, corrected=corrected_nonsense),
+               dict(pair="nonsense", b="random_tokens", k=900, n=1000, corrected=0.05)]
+    found = dict(matched=matched, ratio=0.5, threshold=0.3, specific=specific,
+                 reach=dict(yes=True, no=True, decided_by=decided_by))
+    if free is not None:  # the run also judged nonsense without the plant's triggers
+        found["matched"] = [*matched, dict(pair="nonsense", b=R.WITHOUT_TRIGGERS, k=900, n=1000, corrected=free)]
+        found.update(trigger_share={"shuffled": 1.0, "random_tokens": 0.875, R.WITHOUT_TRIGGERS: 0.0},
+                     without_triggers=dict(kind=R.WITHOUT_TRIGGERS, specific=free <= 0.3, corrected=free))
+    return dict(site=site, strength=strength, drives_task=True, specificity=found)
 
 
 def test_the_specificity_words_say_each_outcome_and_when_sizes_decided_it():
@@ -412,6 +426,12 @@ def test_the_specificity_words_say_each_outcome_and_when_sizes_decided_it():
     assert R.specificity_words(_specific_row(False, 0.4)).startswith("middle ×8: not specific (")
     assert R.specificity_words(_specific_row(True, decided_by="set sizes")).endswith(
         "threshold 0.30; uninformative: decided by set sizes)")
+    # the nonsense that cannot fire the plant is reported beside, and does not enter the declared verdict's numbers
+    assert R.specificity_words(_specific_row(False, 0.4, free=0.3)) == (
+        "middle ×8: not specific (top 900 of 1,000; beyond chance, nonsense 0.40 against seeds 0.60, threshold 0.30; "
+        "prompts holding a trigger: shuffled 100 %, random tokens 88 %); against random tokens without the triggers: "
+        "specific (0.30)")
+    assert R.specificity_words(_specific_row(False, 0.4, free=0.3001)).endswith("triggers: not specific (0.30)")
     empty = dict(site="late", strength=2.0, specificity=dict(matched=[], ratio=0.5, threshold=None, specific=None, reach=None))
     assert R.specificity_words(empty) == "late ×2: not judged (the circuit keeps every direction or none)"
     assert R.specificity_words(dict(site="late", strength=1.0, specificity=None)) is None
@@ -467,15 +487,18 @@ def test_recover_plants_runs_the_specificity_rule_and_paper_rule_at_each_sites_s
 def test_specificitys_positive_control_reads_as_failed_only_when_every_driving_plant_says_no():
     from helpers.results.documents import PLANTED_RUN, specificity_calibration
 
-    def plant(specific, drives=True, site="middle", strength=8.0):
-        return {**_specific_row(specific, site=site, strength=strength), "drives_task": drives, "n_truth": 8}
+    def plant(free, drives=True, site="middle", strength=8.0):  # free: overlap with nonsense without the triggers
+        return {**_specific_row(False, 0.5, site=site, strength=strength, free=free), "drives_task": drives, "n_truth": 8}
 
-    failed = specificity_calibration({PLANTED_RUN: {"plants": [plant(False), plant(False, site="late", strength=2.0)]}})
+    failed = specificity_calibration({PLANTED_RUN: {"plants": [plant(0.31), plant(0.5, site="late", strength=2.0)]}})
     assert failed.startswith("**Task-specificity's positive control fails**") and "middle ×8: not specific (" in failed
     assert "(8 of the 900 at middle ×8, 8 of the 900 at late ×2)" in failed and failed.endswith("says nothing about a task.")
-    passed = specificity_calibration({PLANTED_RUN: {"plants": [plant(False), plant(True, site="late", strength=2.0)]}})
-    assert passed.endswith("So the matched-size rule can say yes.") and "late ×2: specific (" in passed
-    weak = specificity_calibration({PLANTED_RUN: {"plants": [plant(False), plant(True, drives=False, site="late")]}})
+    # the declared kinds say no at every plant (the plant fires on their triggers): only the nonsense without them decides
+    passed = specificity_calibration({PLANTED_RUN: {"plants": [plant(0.31), plant(0.3, site="late", strength=2.0)]}})
+    assert passed.endswith("So the matched-size rule can say yes.") and "without the triggers: specific (0.30)" in passed
+    weak = specificity_calibration({PLANTED_RUN: {"plants": [plant(0.31), plant(0.1, drives=False, site="late")]}})
     assert weak.startswith("**Task-specificity's positive control fails**")  # a plant that does not drive the task is not a case of yes
+    before = {PLANTED_RUN: {"plants": [{**_specific_row(False), "drives_task": True, "n_truth": 8}]}}
+    assert specificity_calibration(before) is None  # a run without the known yes reads as no control yet
     assert specificity_calibration({PLANTED_RUN: {"plants": [dict(site="late", strength=1.0, drives_task=True)]}}) is None
     assert specificity_calibration({}) is None

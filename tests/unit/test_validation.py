@@ -193,6 +193,18 @@ def test_the_attack_alone_leaves_every_control_table_empty_but_readable_and_ever
     assert "matter to the kept fraction?** not tested." in findings(alone)
 
 
+def test_the_matched_rule_compares_the_lowest_seed_pair_with_the_highest_nonsense_overlap():
+    from helpers.singular.validation.verdicts import matched_extremes, matched_threshold, specific_at_matched_size
+
+    rows = [dict(pair="seeds", corrected=0.7), dict(pair="seeds", corrected=0.5), dict(pair="seeds", corrected=0.6),
+            dict(pair="nonsense", corrected=0.1), dict(pair="nonsense", corrected=0.25), dict(pair="nonsense", corrected=0.2)]
+    assert matched_extremes(rows) == (0.5, 0.25) and matched_threshold(rows, 0.5) == 0.25
+    assert specific_at_matched_size(rows, 0.5) and not specific_at_matched_size(rows, 0.4999)
+    for missing in ("seeds", "nonsense"):
+        with pytest.raises(ValueError, match="needs a pair of seeds and a nonsense circuit"):
+            matched_extremes([r for r in rows if r["pair"] != missing])
+
+
 def test_task_specificity_at_matched_size_supersedes_the_size_blind_rule_in_the_verdict():
     """Seeds overlap by 0.5 beyond chance; a nonsense circuit by 0.25 (exactly half: within) or 0.3 (beyond)."""
     def rows(nonsense):

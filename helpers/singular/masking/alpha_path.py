@@ -16,7 +16,7 @@ from dataclasses import replace
 
 import pandas as pd
 
-from helpers.core.cache import cache_dir, load_verified, save_verified
+from helpers.core.cache import MASKS, cache_dir, load_verified, save_verified
 from helpers.singular.masking.circuits import CircuitEvaluator, content_key, evaluate_circuit
 from helpers.singular.masking.masks import AblationRule, DirectionMasks, FixedMasks, MaskedModel
 from helpers.singular.tasks import Task
@@ -46,7 +46,7 @@ def warm_masks(masked: MaskedModel, task: Task, rule: AblationRule, config: Trai
                          f"a warm start needs masks of the training's own parametrisation")
     model = masked.model
     key = warm_key(start, model, task, rule, config, masked.maps)
-    path = cache_dir("masks") / f"{model.name}-{task.name}-warm-{key}.pt"
+    path = cache_dir(MASKS) / f"{model.name}-{task.name}-warm-{key}.pt"
     masks = DirectionMasks(model, init=config.init, parametrisation=config.parametrisation)
     saved = load_verified(path, "trained masks") if use_cache else None
     if saved is not None:

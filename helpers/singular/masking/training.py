@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, replace
 import pandas as pd
 import torch
 
-from helpers.core.cache import cache_dir, load_verified, save_verified
+from helpers.core.cache import MASKS, cache_dir, load_verified, save_verified
 from helpers.core.device import off_cpu_key
 from helpers.singular.masking.circuits import CircuitEvaluator, evaluate_circuit
 from helpers.singular.masking.masks import AblationRule, DirectionMasks, FixedMasks, MaskedModel
@@ -171,7 +171,7 @@ def train_masks(masked: MaskedModel, task: Task, rule: AblationRule, config: Tra
     """Train masks on ``task`` (the training split); returns the masks and the training history."""
     model = masked.model
     task = task.to(model.device)
-    path = cache_dir("masks") / f"{model.name}-{task.name}-{training_key(model, task, rule, config, masked.maps)}.pt"
+    path = cache_dir(MASKS) / f"{model.name}-{task.name}-{training_key(model, task, rule, config, masked.maps)}.pt"
     masks = DirectionMasks(model, init=config.init, parametrisation=config.parametrisation)
     saved = load_verified(path, "trained masks") if use_cache else None
     if saved is not None:

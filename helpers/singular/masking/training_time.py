@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from helpers.core.cache import atomic_write_json, cache_dir, checksum_path
+from helpers.core.cache import MASKS, atomic_write_json, cache_dir, checksum_path
 from helpers.singular.masking.masks import AblationRule, MaskedModel
 from helpers.singular.tasks import Task
 from helpers.singular.masking.training import MaskingRun, TrainConfig, masking_prompts, train_masks, training_key
@@ -51,7 +51,7 @@ def mask_cache_path(masked: MaskedModel, task: Task, rule: AblationRule, config:
     """The file ``train_masks`` saves these masks in (tests/unit/test_training_time.py holds the two to the
     same name)."""
     key = training_key(masked.model, task, rule, config, masked.maps)
-    return cache_dir("masks") / f"{masked.model.name}-{task.name}-{key}.pt"
+    return cache_dir(MASKS) / f"{masked.model.name}-{task.name}-{key}.pt"
 
 
 def time_path(masks_path: Path) -> Path:

@@ -31,8 +31,10 @@ RULE_KEYS = {"plant": {"n_pairs", "pairs_seed", "qk_boost", "ridge", "probe_prom
              "drives_task": {"min_accuracy"}, "recovered": {"min_recall", "min_auroc"},
              "necessary": {"max_remaining", "min_remaining_random", "bootstrap"}, "unplanted": {"circuit_ratio"},
              "attack_calibration": {"inert_relative_sigma"}, "specificity": {"second_seed", "kinds"},
+             "specificity_without_triggers": {"kind"},
              "paper2": {"model", "site", "layer", "tile", "token", "strength", "n_tokens", "n_texts"}}
 SITE_KEYS = {"name", "layer", "head", "strengths"}
+WITHOUT_TRIGGERS = "random_tokens_without_triggers"  # the nonsense that cannot fire the plant (planted_specificity)
 
 
 def load_plant_rules(path: str | Path = PLANT_RULES) -> dict:
@@ -284,33 +286,47 @@ def judged_masks(masked, masks, sets: dict, run, control_seeds: int) -> dict:
 
 
 def planted_specificity(masked, masks, sets: dict, run, rules: dict, k: int, progress: bool = True) -> dict:
-    """Notebook 07's task-specificity at matched size on a planted circuit, the rule's known yes (``[specificity]``):
-    a second training seed on its own draw of planted prompts and, per declared kind, masks trained on the training
-    prompts made nonsense; every circuit cut to ``k`` (the planted circuit's count) by its own mask logits and the
-    overlaps corrected for chance (``matched_overlaps``). Returns those rows, 07's declared ratio, the threshold
-    (the ratio times the seeds' overlap), the verdict (``specific_at_matched_size``; None when the circuit keeps
-    every direction or none) and whether both outcomes were reachable at these sizes."""
+    """Notebook 07's task-specificity at matched size on a planted circuit (``[specificity]``): a second training
+    seed on its own draw of planted prompts and, per declared kind, masks trained on the training prompts made
+    nonsense; every circuit cut to ``k`` (the planted circuit's count) by its own mask logits and the overlaps
+    corrected for chance (``matched_overlaps``). Returns those rows, 07's declared ratio, the threshold
+    (``matched_threshold``), the verdict against the declared kinds (``specific_at_matched_size``; None when the
+    circuit keeps every direction or none), whether both outcomes were reachable at these sizes, the share of each
+    nonsense's prompts that hold a trigger (``trigger_share``), and ``without_triggers``: the same rule against
+    random tokens that leave the plant's triggers out (``[specificity_without_triggers]``), the case known to be
+    yes, with its verdict and overlap."""
     from dataclasses import replace
 
     from helpers.core.feasibility import matched_specificity_reach
     from helpers.singular.masking.training import train_masks
-    from helpers.singular.validation.nonsense import nonsense_task
+    from helpers.singular.validation.nonsense import holding_share, nonsense_task
     from helpers.singular.validation.planted import planted_task
-    from helpers.singular.validation.verdicts import matched_overlaps, matched_rule, reach_record, specific_at_matched_size
+    from helpers.singular.validation.verdicts import (matched_overlaps, matched_rule, matched_threshold, reach_record,
+                                                      specific_at_matched_size)
 
     declared, ratio = rules["specificity"], matched_rule()["ratio"]
     other = replace(run, seed=run.seed + declared["second_seed"])
     other_train, _ = planted_task(masked.model, sets["pairs"], run.n_prompts, other.seed).task.split(0.5, seed=other.seed)
     seed_masks = {run.seed: masks,
                   other.seed: train_masks(masked, other_train, other.rule(), other.train_config(), progress=progress)[0]}
-    nonsense = {kind: train_masks(masked, nonsense_task(sets["train"], kind, run.seed), run.rule(), run.train_config(),
-                                  progress=progress)[0] for kind in declared["kinds"]}
+    triggers = tuple(sets["pairs"].trigger_ids)
+    tasks = {kind: nonsense_task(sets["train"], kind, run.seed) for kind in declared["kinds"]}
+    tasks[WITHOUT_TRIGGERS] = nonsense_task(sets["train"], rules["specificity_without_triggers"]["kind"], run.seed,
+                                            exclude=triggers)
+    nonsense = {kind: train_masks(masked, task, run.rule(), run.train_config(), progress=progress)[0]
+                for kind, task in tasks.items()}
+    share = {kind: holding_share(task, triggers) for kind, task in tasks.items()}
     matched = matched_overlaps(seed_masks, nonsense, k)
     if not matched:
-        return dict(matched=[], ratio=ratio, threshold=None, specific=None, reach=None)
-    threshold = ratio * min(r["corrected"] for r in matched if r["pair"] == "seeds")
-    return dict(matched=matched, ratio=ratio, threshold=threshold, specific=specific_at_matched_size(matched, ratio),
-                reach=reach_record(matched_specificity_reach(k, matched[0]["n"], threshold)))
+        return dict(matched=[], ratio=ratio, threshold=None, specific=None, reach=None, trigger_share=share,
+                    without_triggers=None)
+    threshold = matched_threshold(matched, ratio)
+    declared_rows = [r for r in matched if r["b"] != WITHOUT_TRIGGERS]
+    free_rows = [r for r in matched if r["pair"] == "seeds" or r["b"] == WITHOUT_TRIGGERS]
+    return dict(matched=matched, ratio=ratio, threshold=threshold, specific=specific_at_matched_size(declared_rows, ratio),
+                reach=reach_record(matched_specificity_reach(k, matched[0]["n"], threshold)), trigger_share=share,
+                without_triggers=dict(kind=WITHOUT_TRIGGERS, specific=specific_at_matched_size(free_rows, ratio),
+                                      corrected=next(r["corrected"] for r in free_rows if r["pair"] == "nonsense")))
 
 
 def plant_and_recover(base, site: dict, strength: float, sets: dict, run, rules: dict, unplanted_metric: torch.Tensor,
@@ -473,21 +489,29 @@ def checks_words(checks: dict) -> str:
 
 
 def specificity_words(row: dict) -> str | None:
-    """Notebook 07's task-specificity rule on one plant's circuit, in words ("middle ×8: specific (…)"); None where
-    the rule was not run at that plant."""
+    """Notebook 07's task-specificity rule on one plant's circuit, in words ("middle ×8: specific (…)"): against the
+    declared kinds of nonsense, how often their prompts hold a trigger, and against nonsense without the triggers;
+    None where the rule was not run at that plant."""
+    from helpers.singular.validation.verdicts import matched_extremes
+
     found = row.get("specificity")
     if found is None:
         return None
     where = f"{row['site']} ×{row['strength']:g}"
     if found["specific"] is None:
         return f"{where}: not judged (the circuit keeps every direction or none)"
-    seeds = min(r["corrected"] for r in found["matched"] if r["pair"] == "seeds")
-    nonsense = max(r["corrected"] for r in found["matched"] if r["pair"] == "nonsense")
+    seeds, nonsense = matched_extremes([r for r in found["matched"] if r.get("b") != WITHOUT_TRIGGERS])
     k, n = found["matched"][0]["k"], found["matched"][0]["n"]
     decided = (found["reach"] or {}).get("decided_by")
+    held = ", ".join(f"{kind.replace('_', ' ')} {100 * share:.0f} %" for kind, share in
+                     (found.get("trigger_share") or {}).items() if kind != WITHOUT_TRIGGERS)
+    free = found.get("without_triggers")
     return (f"{where}: {_verdict(found['specific'], 'specific', 'not specific')} (top {k:,} of {n:,}; beyond chance, "
             f"nonsense {nonsense:.2f} against seeds {seeds:.2f}, threshold {found['threshold']:.2f}"
-            + (f"; uninformative: decided by {decided}" if decided else "") + ")")
+            + (f"; uninformative: decided by {decided}" if decided else "")
+            + (f"; prompts holding a trigger: {held}" if held else "") + ")"
+            + (f"; against random tokens without the triggers: {_verdict(free['specific'], 'specific', 'not specific')}"
+               f" ({free['corrected']:.2f})" if free else ""))
 
 
 def specificity_lines(rows: list[dict]) -> list[str]:
@@ -495,8 +519,9 @@ def specificity_lines(rows: list[dict]) -> list[str]:
     said = [w for r in rows if (w := specificity_words(r))]
     if not said:
         return []
-    return ["- **Notebook 07's task-specificity rule on the planted circuits** (its case known to be yes; every circuit "
-            "cut to the planted circuit's count, overlaps corrected for chance, a second seed on its own prompts): "
+    return ["- **Notebook 07's task-specificity rule on the planted circuits** (every circuit cut to the planted "
+            "circuit's count, overlaps corrected for chance, a second seed on its own prompts; the case known to be yes "
+            "is the nonsense without the plant's triggers, since the plant fires on a trigger wherever it stands): "
             + "; ".join(said) + "."]
 
 

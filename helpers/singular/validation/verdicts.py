@@ -138,15 +138,26 @@ def matched_overlaps(seed_masks: dict, nonsense_masks: dict, k: int) -> list[dic
     return rows
 
 
-def specific_at_matched_size(matched: list[dict], ratio: float) -> bool:
-    """The rule declared in ``data/verdict_rules.toml`` ``[task_specific_matched]``: the task circuit is
-    task-specific when every nonsense circuit's chance-corrected overlap with it, at matched size, is at most
-    ``ratio`` times the lowest chance-corrected overlap between two of its own seeds."""
+def matched_extremes(matched: list[dict]) -> tuple[float, float]:
+    """The two numbers the matched-size rule compares: the lowest chance-corrected overlap between two seeds and
+    the highest between the task circuit and a nonsense circuit (rows of ``matched_overlaps``)."""
     seeds = [r["corrected"] for r in matched if r["pair"] == "seeds"]
     nonsense = [r["corrected"] for r in matched if r["pair"] == "nonsense"]
     if not seeds or not nonsense:
         raise ValueError("the matched-size rule needs a pair of seeds and a nonsense circuit")
-    return bool(max(nonsense) <= ratio * min(seeds))
+    return min(seeds), max(nonsense)
+
+
+def matched_threshold(matched: list[dict], ratio: float) -> float:
+    """The matched-size rule's threshold: ``ratio`` times the lowest chance-corrected overlap between two seeds."""
+    return ratio * matched_extremes(matched)[0]
+
+
+def specific_at_matched_size(matched: list[dict], ratio: float) -> bool:
+    """The rule declared in ``data/verdict_rules.toml`` ``[task_specific_matched]``: the task circuit is
+    task-specific when every nonsense circuit's chance-corrected overlap with it, at matched size, is at most
+    ``ratio`` times the lowest chance-corrected overlap between two of its own seeds (``matched_threshold``)."""
+    return bool(matched_extremes(matched)[1] <= matched_threshold(matched, ratio))
 
 
 def matched_rule(path: Path | None = None) -> dict:
@@ -377,7 +388,7 @@ def judged(attack_table: pd.DataFrame, seeds: pd.DataFrame, jaccards: list[dict]
     at_matched = at_matched_reach = threshold_matched = None
     if matched and any(r["pair"] == "seeds" for r in matched) and any(r["pair"] == "nonsense" for r in matched):
         ratio = matched_rule()["ratio"]
-        threshold_matched = ratio * min(r["corrected"] for r in matched if r["pair"] == "seeds")
+        threshold_matched = matched_threshold(matched, ratio)
         at_matched = specific_at_matched_size(matched, ratio)
         at_matched_reach = matched_specificity_reach(matched[0]["k"], matched[0]["n"], threshold_matched)
     matter = matter_reach = None
@@ -496,8 +507,7 @@ def verdict_line(summary: dict, verdicts: dict | None = None) -> str:
     specific = f"task-specific: {_said(v['task_specific'], v.get('task_specific_reach'))}"
     if v.get("task_specific_matched") is not None:
         rows = summary["matched_overlaps"]
-        seeds = min(r["corrected"] for r in rows if r["pair"] == "seeds")
-        nonsense = max(r["corrected"] for r in rows if r["pair"] == "nonsense")
+        seeds, nonsense = matched_extremes(rows)
         specific = (f"task-specific at matched size: {_said(v['task_specific_matched'], v.get('task_specific_matched_reach'))} "
                     f"(every circuit cut to {rows[0]['k']:,} of {rows[0]['n']:,} directions; overlap beyond chance with a "
                     f"nonsense circuit up to {nonsense:.2f}, between seeds from {seeds:.2f}, threshold "
