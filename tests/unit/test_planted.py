@@ -407,6 +407,36 @@ def test_planted_specificity_cuts_every_circuit_to_k_and_judges_by_07s_rule(tiny
     assert found["matched"][0]["jaccard"] < 1  # the second seed drew its own prompts and batches: another circuit
 
 
+def test_planted_specificity_judges_the_declared_kinds_and_the_nonsense_without_triggers_apart(tiny, monkeypatch):
+    """Hand overlaps: the declared kinds overlap the planted circuit by 0.5 beyond chance (above half the seeds'
+    0.6: not specific) and the nonsense without the triggers by 0.3 (exactly at the threshold: specific). Neither
+    verdict may read the other's rows."""
+    from helpers.singular.masking.training import MaskingRun
+
+    rows = [dict(pair="seeds", a="seed 0", b="seed 1", k=5, n=10, corrected=0.6),
+            *(dict(pair="nonsense", a="seed 0", b=kind, k=5, n=10, corrected=0.5) for kind in RULES["specificity"]["kinds"]),
+            dict(pair="nonsense", a="seed 0", b=R.WITHOUT_TRIGGERS, k=5, n=10, corrected=0.3)]
+    seen = {}
+    monkeypatch.setattr("helpers.singular.masking.training.train_masks", lambda masked, task, *a, **k: (task.name, None))
+    monkeypatch.setattr(V, "matched_overlaps", lambda seeds, nonsense, k: seen.update(nonsense) or rows)
+
+    run = MaskingRun.declared(fast=True)
+    rules = {**RULES, "plant": {**RULES["plant"], "n_pairs": 4}}
+    sets = R.prompt_sets(tiny, rules, run.n_prompts, fast=True)
+    found = R.planted_specificity(type("Masked", (), {"model": tiny})(), "masks", sets, run, rules, 5, progress=False)
+    assert list(seen) == [*RULES["specificity"]["kinds"], R.WITHOUT_TRIGGERS]
+    assert seen[R.WITHOUT_TRIGGERS].endswith("random_tokens-without-4-ids")  # trained on the nonsense without the 4 triggers
+    assert found["specific"] is False and found["threshold"] == pytest.approx(0.3)
+    assert found["without_triggers"] == dict(kind=R.WITHOUT_TRIGGERS, specific=True, corrected=0.3)
+    rows[-1]["corrected"] = 0.3001  # just beyond
+    assert R.planted_specificity(type("Masked", (), {"model": tiny})(), "masks", sets, run, rules, 5,
+                                 progress=False)["without_triggers"]["specific"] is False
+    for row in rows[1:-1]:
+        row["corrected"] = 0.2  # the declared kinds within, the nonsense without triggers beyond
+    assert R.planted_specificity(type("Masked", (), {"model": tiny})(), "masks", sets, run, rules, 5,
+                                 progress=False)["specific"] is True
+
+
 def _specific_row(specific, corrected_nonsense=0.1, decided_by=None, site="middle", strength=8.0, free=None):
     matched = [dict(pair="seeds", b="seed 1", k=900, n=1000, corrected=0.6),
                dict(pair="nonsense", b="shuffled", k=900, n=1000, corrected=corrected_nonsense),
@@ -432,6 +462,7 @@ def test_the_specificity_words_say_each_outcome_and_when_sizes_decided_it():
         "prompts holding a trigger: shuffled 100 %, random tokens 88 %); against random tokens without the triggers: "
         "specific (0.30)")
     assert R.specificity_words(_specific_row(False, 0.4, free=0.3001)).endswith("triggers: not specific (0.30)")
+    assert "nonsense 0.40 against" in R.specificity_words(_specific_row(False, 0.4, free=0.5))  # the declared kinds' own
     empty = dict(site="late", strength=2.0, specificity=dict(matched=[], ratio=0.5, threshold=None, specific=None, reach=None))
     assert R.specificity_words(empty) == "late ×2: not judged (the circuit keeps every direction or none)"
     assert R.specificity_words(dict(site="late", strength=1.0, specificity=None)) is None
