@@ -201,11 +201,15 @@ def specificity_calibration(summaries: dict) -> str | None:
                 f"against random tokens without the plant's triggers: {said}. So the matched-size rule can say yes.")
     sizes = ", ".join(f"{r['n_truth']} of the {r['specificity']['matched'][0]['k']:,} at {r['site']} ×{r['strength']:g}"
                       for r in judged)
+    ranks = ", ".join(f"{r['recovery']['median_rank']:,.0f} at {r['site']} ×{r['strength']:g}"
+                      for r in judged if r.get("recovery"))
     return (f"**Task-specificity's positive control fails**: judged by the same matched-size rule, the planted circuits "
             f"of notebook 08, whose plant drives the task, are not specific even against nonsense that cannot fire the "
             f"plant (random tokens without its triggers): {said}. The rule judges whole circuits, and the plant's "
-            f"ground-truth directions are few of those a circuit keeps ({sizes}), so its \"not specific\" says nothing "
-            f"about a task.")
+            f"ground-truth directions are few of those a circuit keeps ({sizes})"
+            + (f", ranked by the masks behind thousands of others (median rank {ranks} of "
+               f"{judged[0]['specificity']['matched'][0]['n']:,})" if ranks else "")
+            + ", so its \"not specific\" says nothing about a task.")
 
 
 def attack_calibration(summaries: dict) -> str:

@@ -519,11 +519,14 @@ def test_specificitys_positive_control_reads_as_failed_only_when_every_driving_p
     from helpers.results.documents import PLANTED_RUN, specificity_calibration
 
     def plant(free, drives=True, site="middle", strength=8.0):  # free: overlap with nonsense without the triggers
-        return {**_specific_row(False, 0.5, site=site, strength=strength, free=free), "drives_task": drives, "n_truth": 8}
+        return {**_specific_row(False, 0.5, site=site, strength=strength, free=free), "drives_task": drives, "n_truth": 8,
+                "recovery": dict(median_rank=5103.0 if site == "middle" else 1594.0)}
 
     failed = specificity_calibration({PLANTED_RUN: {"plants": [plant(0.31), plant(0.5, site="late", strength=2.0)]}})
     assert failed.startswith("**Task-specificity's positive control fails**") and "middle ×8: not specific (" in failed
-    assert "(8 of the 900 at middle ×8, 8 of the 900 at late ×2)" in failed and failed.endswith("says nothing about a task.")
+    assert failed.endswith("(8 of the 900 at middle ×8, 8 of the 900 at late ×2), ranked by the masks behind thousands "
+                           "of others (median rank 5,103 at middle ×8, 1,594 at late ×2 of 1,000), so its \"not specific\" "
+                           "says nothing about a task.")
     # the declared kinds say no at every plant (the plant fires on their triggers): only the nonsense without them decides
     passed = specificity_calibration({PLANTED_RUN: {"plants": [plant(0.31), plant(0.3, site="late", strength=2.0)]}})
     assert passed.endswith("So the matched-size rule can say yes.") and "without the triggers: specific (0.30)" in passed
