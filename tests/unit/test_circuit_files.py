@@ -12,7 +12,7 @@ from helpers.core.models import load_model
 from helpers.singular.masking.circuit_files import (CircuitFileError, circuit_prompts, load_circuit, make_circuit,
                                             save_circuit)
 from helpers.singular.masking.circuits import CircuitEvaluator, evaluate_circuit
-from helpers.singular.masking.masks import DirectionMasks, FixedMasks, MaskedModel
+from helpers.singular.masking.masks import FixedMasks, MaskedModel
 from helpers.singular.masking.scoring import (PERCENTS, FaithfulnessScorer, area, cpr_cmd, faithfulness, metric_ends,
                                       n_at_percent, random_scores, top_percent)
 from helpers.singular.masking.training import MaskingRun

@@ -161,8 +161,6 @@ def test_the_committed_runs_judged_again_say_which_verdicts_their_sizes_decided(
 # --- the largest KL a model can express (why attacked KLs recur near 365 on smollm2) -----------------------
 
 def _kl(log_p, logits):
-    import torch
-
     return (log_p.exp() * (log_p - logits.log_softmax(-1))).sum(-1)
 
 
