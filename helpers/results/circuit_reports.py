@@ -206,16 +206,23 @@ def table(reports: list[dict], not_current: list[str] = ()) -> str:
 
 
 def score_committed(figures: Path, device: str, only: list[str] | None = None, check: bool = False,
-                    adversarial: bool = False, log=print) -> list[str]:
+                    adversarial: bool = False, log=print, runs: list[str] | None = None) -> list[str]:
     """Score every circuit file the summaries under ``figures`` list whose report is not current (only those
-    labelled ``only``, when given), reuse the current ones, and write ``table.md`` from the current reports.
+    labelled ``only``, and only those of the runs ``runs``, when given: a label such as ``ioi-paper-recipe``
+    recurs in several runs), reuse the current ones, and write ``table.md`` from the current reports.
     ``check``: write nothing. ``device``: resolved and configured already. Returns why each report that is
-    still not current is not; a ValueError names an unknown label or a folder without circuits."""
+    still not current is not; a ValueError names an unknown label or run, or a folder without circuits."""
     from helpers.core.models import load_model  # the model stack loads only when there is work
     from helpers.singular.masking.circuit_evaluation import evaluate_file, report
     from helpers.singular.masking.circuit_files import load_circuit
 
     circuits = committed_circuits(figures)
+    if runs:
+        known = {run for run, _, _ in circuits}
+        if set(runs) - known:
+            raise ValueError(f"--runs {sorted(set(runs) - known)}: no such run with circuits; runs with circuits are "
+                             f"{sorted(known)}")
+        circuits = [c for c in circuits if c[0] in runs]
     labels = {c.stem for _, c, _ in circuits}
     if only and set(only) - labels:
         raise ValueError(f"--only {sorted(set(only) - labels)}: no such circuit; circuits are {sorted(labels)}")

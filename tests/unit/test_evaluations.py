@@ -49,6 +49,21 @@ def test_reports_are_written_then_reused_and_redone_only_when_an_input_changes(t
     assert "changed since it was written" in capsys.readouterr().out
 
 
+def test_runs_restrict_scoring_to_their_circuits_when_a_label_recurs_across_runs(tmp_path, monkeypatch, capsys):
+    import shutil
+
+    monkeypatch.setattr(circuit_reports, "SETTINGS", SMALL)
+    figures, _ = figures_with_a_circuit(tmp_path)
+    shutil.copytree(figures / "02_masking-ioi-tiny-llama", figures / "02_masking-ioi-tiny-llama-sweep")  # same label
+    assert evaluations.main(["--figures", str(figures), "--runs", "02_masking-ioi-tiny-llama-sweep",
+                             "--only", "ioi-test"]) == 0
+    assert (figures / "evaluations" / "02_masking-ioi-tiny-llama-sweep" / "ioi-test.json").exists()
+    assert not (figures / "evaluations" / "02_masking-ioi-tiny-llama").exists()  # the other run's, same label: untouched
+    assert evaluations.main(["--figures", str(figures), "--check"]) == 1
+    assert evaluations.main(["--figures", str(figures), "--runs", "02_masking-ioi-tiny-lama"]) == 2
+    assert "--runs ['02_masking-ioi-tiny-lama']: no such run with circuits" in capsys.readouterr().err
+
+
 def test_adversarial_reports_carry_the_attack_and_stay_current_without_the_option(tmp_path, monkeypatch, capsys):
     import helpers.singular.masking.circuit_evaluation
 
