@@ -252,7 +252,7 @@ MUTANTS = [  # (file, original text, mutated text, tests to run, what the mutant
  ("helpers/singular/validation/planted_recovery.py", "    free_rows = [r for r in matched if r[\"pair\"] == \"seeds\" or r[\"b\"] == WITHOUT_TRIGGERS]", "    free_rows = matched", "tests/unit/test_planted.py", "the known yes also reads the nonsense that holds the triggers"),
  ("helpers/singular/validation/planted_recovery.py", "    seeds, nonsense = matched_extremes([r for r in found[\"matched\"] if r.get(\"b\") != WITHOUT_TRIGGERS])", "    seeds, nonsense = matched_extremes(found[\"matched\"])", "tests/unit/test_planted.py", "the words' nonsense overlap includes the nonsense without triggers"),
  ("helpers/results/documents.py", "    if any(r[\"specificity\"][\"without_triggers\"][\"specific\"] for r in judged):", "    if any(r[\"specificity\"][\"specific\"] for r in judged):", "tests/unit/test_planted.py", "specificity's known yes read from the nonsense that holds the triggers"),
- ("helpers/results/circuit_reports.py", "        circuits = [c for c in circuits if c[0] in runs]", "        circuits = circuits", "tests/unit/test_evaluations.py", "--runs scores every run's circuits of a recurring label"),
+ ("helpers/results/circuit_reports.py", " or (runs and run not in runs):", ":", "tests/unit/test_evaluations.py", "--runs scores every run's circuits of a recurring label"),
 ]
 
 

@@ -209,7 +209,7 @@ def score_committed(figures: Path, device: str, only: list[str] | None = None, c
                     adversarial: bool = False, log=print, runs: list[str] | None = None) -> list[str]:
     """Score every circuit file the summaries under ``figures`` list whose report is not current (only those
     labelled ``only``, and only those of the runs ``runs``, when given: a label such as ``ioi-paper-recipe``
-    recurs in several runs), reuse the current ones, and write ``table.md`` from the current reports.
+    recurs in several runs), reuse the current ones, and write ``table.md`` from the current reports of every run.
     ``check``: write nothing. ``device``: resolved and configured already. Returns why each report that is
     still not current is not; a ValueError names an unknown label or run, or a folder without circuits."""
     from helpers.core.models import load_model  # the model stack loads only when there is work
@@ -222,8 +222,7 @@ def score_committed(figures: Path, device: str, only: list[str] | None = None, c
         if set(runs) - known:
             raise ValueError(f"--runs {sorted(set(runs) - known)}: no such run with circuits; runs with circuits are "
                              f"{sorted(known)}")
-        circuits = [c for c in circuits if c[0] in runs]
-    labels = {c.stem for _, c, _ in circuits}
+    labels = {c.stem for run, c, _ in circuits if not runs or run in runs}
     if only and set(only) - labels:
         raise ValueError(f"--only {sorted(set(only) - labels)}: no such circuit; circuits are {sorted(labels)}")
     if not circuits:
@@ -235,7 +234,7 @@ def score_committed(figures: Path, device: str, only: list[str] | None = None, c
         step = f"[{index}/{len(circuits)}] {circuit.stem}"
         if state == "current":
             log(f"{step}: current, reused")
-        elif check or state == "circuit changed" or (only and circuit.stem not in only):
+        elif check or state == "circuit changed" or (only and circuit.stem not in only) or (runs and run not in runs):
             problems.append(why)
             log(f"{step}: {state}: {why}")
             continue

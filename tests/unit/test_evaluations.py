@@ -56,10 +56,15 @@ def test_runs_restrict_scoring_to_their_circuits_when_a_label_recurs_across_runs
     figures, _ = figures_with_a_circuit(tmp_path)
     shutil.copytree(figures / "02_masking-ioi-tiny-llama", figures / "02_masking-ioi-tiny-llama-sweep")  # same label
     assert evaluations.main(["--figures", str(figures), "--runs", "02_masking-ioi-tiny-llama-sweep",
-                             "--only", "ioi-test"]) == 0
+                             "--only", "ioi-test"]) == 1  # the other run's report is still missing, as with --only
     assert (figures / "evaluations" / "02_masking-ioi-tiny-llama-sweep" / "ioi-test.json").exists()
     assert not (figures / "evaluations" / "02_masking-ioi-tiny-llama").exists()  # the other run's, same label: untouched
+    assert (figures / "evaluations" / "table.md").read_text().count("| test") == 1  # one current report
     assert evaluations.main(["--figures", str(figures), "--check"]) == 1
+    # scoring the other run keeps the first run's current report in the table
+    assert evaluations.main(["--figures", str(figures), "--runs", "02_masking-ioi-tiny-llama"]) == 0  # both current
+    table = (figures / "evaluations" / "table.md").read_text()
+    assert "| test (02_masking-ioi-tiny-llama-sweep) |" in table and "| test (02_masking-ioi-tiny-llama) |" in table
     assert evaluations.main(["--figures", str(figures), "--runs", "02_masking-ioi-tiny-lama"]) == 2
     assert "--runs ['02_masking-ioi-tiny-lama']: no such run with circuits" in capsys.readouterr().err
 
