@@ -191,8 +191,7 @@ def specificity_calibration(summaries: dict) -> str | None:
     the rule against that nonsense."""
     from helpers.singular.validation.planted_recovery import specificity_words
 
-    judged = [r for r in specificity_cases(summaries)
-              if r["specificity"]["specific"] is not None and r["specificity"].get("without_triggers")]
+    judged = [r for r in specificity_cases(summaries) if r["specificity"].get("without_triggers")]
     if not judged:
         return None
     said = "; ".join(specificity_words(r) for r in judged)
@@ -207,8 +206,8 @@ def specificity_calibration(summaries: dict) -> str | None:
             f"of notebook 08, whose plant drives the task, are not specific even against nonsense that cannot fire the "
             f"plant (random tokens without its triggers): {said}. The rule judges whole circuits, and the plant's "
             f"ground-truth directions are few of those a circuit keeps ({sizes})"
-            + (f", ranked by the masks behind thousands of others (median rank {ranks} of "
-               f"{judged[0]['specificity']['matched'][0]['n']:,})" if ranks else "")
+            + (f", ranked by the masks at median rank {ranks} of {judged[0]['specificity']['matched'][0]['n']:,}"
+               if ranks else "")
             + ", so its \"not specific\" says nothing about a task.")
 
 

@@ -423,18 +423,17 @@ def test_planted_specificity_judges_the_declared_kinds_and_the_nonsense_without_
     run = MaskingRun.declared(fast=True)
     rules = {**RULES, "plant": {**RULES["plant"], "n_pairs": 4}}
     sets = R.prompt_sets(tiny, rules, run.n_prompts, fast=True)
-    found = R.planted_specificity(type("Masked", (), {"model": tiny})(), "masks", sets, run, rules, 5, progress=False)
+    masked = type("Masked", (), {"model": tiny})()  # planted_specificity reads only its model (training is stubbed)
+    found = R.planted_specificity(masked, "masks", sets, run, rules, 5, progress=False)
     assert list(seen) == [*RULES["specificity"]["kinds"], R.WITHOUT_TRIGGERS]
     assert seen[R.WITHOUT_TRIGGERS].endswith("random_tokens-without-4-ids")  # trained on the nonsense without the 4 triggers
     assert found["specific"] is False and found["threshold"] == pytest.approx(0.3)
     assert found["without_triggers"] == dict(kind=R.WITHOUT_TRIGGERS, specific=True, corrected=0.3)
     rows[-1]["corrected"] = 0.3001  # just beyond
-    assert R.planted_specificity(type("Masked", (), {"model": tiny})(), "masks", sets, run, rules, 5,
-                                 progress=False)["without_triggers"]["specific"] is False
+    assert R.planted_specificity(masked, "masks", sets, run, rules, 5, progress=False)["without_triggers"]["specific"] is False
     for row in rows[1:-1]:
         row["corrected"] = 0.2  # the declared kinds within, the nonsense without triggers beyond
-    assert R.planted_specificity(type("Masked", (), {"model": tiny})(), "masks", sets, run, rules, 5,
-                                 progress=False)["specific"] is True
+    assert R.planted_specificity(masked, "masks", sets, run, rules, 5, progress=False)["specific"] is True
 
 
 def _specific_row(specific, corrected_nonsense=0.1, decided_by=None, site="middle", strength=8.0, free=None):
@@ -524,9 +523,9 @@ def test_specificitys_positive_control_reads_as_failed_only_when_every_driving_p
 
     failed = specificity_calibration({PLANTED_RUN: {"plants": [plant(0.31), plant(0.5, site="late", strength=2.0)]}})
     assert failed.startswith("**Task-specificity's positive control fails**") and "middle ×8: not specific (" in failed
-    assert failed.endswith("(8 of the 900 at middle ×8, 8 of the 900 at late ×2), ranked by the masks behind thousands "
-                           "of others (median rank 5,103 at middle ×8, 1,594 at late ×2 of 1,000), so its \"not specific\" "
-                           "says nothing about a task.")
+    assert failed.endswith("(8 of the 900 at middle ×8, 8 of the 900 at late ×2), ranked by the masks at median rank "
+                           "5,103 at middle ×8, 1,594 at late ×2 of 1,000, so its \"not specific\" says nothing about a "
+                           "task.")
     # the declared kinds say no at every plant (the plant fires on their triggers): only the nonsense without them decides
     passed = specificity_calibration({PLANTED_RUN: {"plants": [plant(0.31), plant(0.3, site="late", strength=2.0)]}})
     assert passed.endswith("So the matched-size rule can say yes.") and "without the triggers: specific (0.30)" in passed
