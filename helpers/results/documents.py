@@ -197,7 +197,8 @@ def specificity_calibration(summaries: dict) -> str | None:
     said = "; ".join(specificity_words(r) for r in judged)
     if any(r["specificity"]["without_triggers"]["specific"] for r in judged):
         return (f"Task-specificity's positive control, the planted circuits of notebook 08 (the plant drives the task) "
-                f"against random tokens without the plant's triggers: {said}. So the matched-size rule can say yes.")
+                f"against random tokens without the plant's triggers: {said}. So the matched-size rule can say yes."
+                + transfer_calibration(judged))
     sizes = ", ".join(f"{r['n_truth']} of the {r['specificity']['matched'][0]['k']:,} at {r['site']} ×{r['strength']:g}"
                       for r in judged)
     ranks = ", ".join(f"{r['recovery']['median_rank']:,.0f} at {r['site']} ×{r['strength']:g}"
@@ -208,7 +209,25 @@ def specificity_calibration(summaries: dict) -> str | None:
             f"ground-truth directions are few of those a circuit keeps ({sizes})"
             + (f", ranked by the masks at median rank {ranks} of {judged[0]['specificity']['matched'][0]['n']:,}"
                if ranks else "")
-            + ", so its \"not specific\" says nothing about a task.")
+            + ", so its \"not specific\" says nothing about a task." + transfer_calibration(judged))
+
+
+def transfer_calibration(judged: list[dict]) -> str:
+    """The sentence on task-specificity by transfer at the planted circuits ``judged`` (empty where notebook 08 did
+    not run it): whether it says yes against the nonsense that cannot fire the plant and no against the nonsense
+    that can, that is, whether it tells the two apart."""
+    ran = [r for r in judged if r["specificity"].get("transfer")]
+    if not ran:
+        return ""
+    free = [r["specificity"]["transfer"]["specific_without_triggers"] for r in ran]
+    declared = [r["specificity"]["transfer"]["specific"] for r in ran]
+    informative = [not (r["specificity"]["transfer"]["reach"] or {}).get("decided_by") for r in ran]
+    where = ", ".join(f"{r['site']} ×{r['strength']:g}" for r in ran)
+    tells = [f and not d and i for f, d, i in zip(free, declared, informative)]
+    return (f" Task-specificity by transfer, which scores each nonsense circuit on the task instead of counting shared "
+            f"directions, says specific against random tokens without the triggers at {sum(free)} of {len(ran)} planted "
+            f"circuits ({where}) and not specific against nonsense holding them at {sum(not d for d in declared)} of "
+            f"{len(ran)}; it tells the two apart, with both outcomes reachable, at {sum(tells)} of {len(ran)}.")
 
 
 def attack_calibration(summaries: dict) -> str:
@@ -311,6 +330,33 @@ def specificity_known_yes(summaries: dict) -> str:
 
     said = [specificity_words(r) for r in specificity_cases(summaries)]
     return f"the planted circuits (08): {'; '.join(said)}" if said else NO_PLANT
+
+
+def transfer_row(summaries: dict) -> str:
+    """The row of "Can each verdict say yes?" for task-specificity by transfer (``helpers.singular.validation.transfer``):
+    the planted circuits of ``specificity_cases`` against random tokens without the plant's triggers (known yes) and
+    against the declared kinds, which hold them (known no: the plant fires on them), and whether both outcomes were
+    reachable at each plant's cut. Notebook 07 does not judge its tasks by it yet."""
+    from helpers.singular.validation.planted_recovery import WITHOUT_TRIGGERS
+    from helpers.singular.validation.transfer import transfer_words
+
+    name = "Task-specific by transfer (08; not yet run by 07)"
+    cases = [r for r in specificity_cases(summaries) if r["specificity"].get("transfer")]
+    if not cases:
+        return f"| {name} | {NO_PLANT} | not run | not run |"
+
+    def said(row, free):
+        found = row["specificity"]["transfer"]
+        kinds = [r["kind"] for r in found["rows"] if (r["kind"] == WITHOUT_TRIGGERS) == free]
+        verdict = found["specific_without_triggers"] if free else found["specific"]
+        return f"{row['site']} ×{row['strength']:g}: {transfer_words(found, kinds, verdict)}"
+
+    reach = "; ".join(f"{r['site']} ×{r['strength']:g}: "
+                      + (f"no, decided by {d}" if (d := (r['specificity']['transfer']['reach'] or {}).get('decided_by'))
+                         else "yes") for r in cases)
+    return (f"| {name} | the planted circuits against random tokens without the triggers (08): "
+            + "; ".join(said(r, True) for r in cases) + " | the same circuits against nonsense that holds the triggers, "
+            "on which the plant fires: " + "; ".join(said(r, False) for r in cases) + f" | {reach} |")
 
 
 def paper2_known_yes(summaries: dict) -> str:
@@ -452,6 +498,7 @@ def verdict_reach(summaries: dict, claims: list[Claim]) -> str:
             known = specificity_known_yes(summaries) if key == "task_specific" else NO_PLANT
             rows.append(f"| {rule} | {known} | {case}: " + "; ".join(f"{names[t]}: {outcome(said[t][index])}" for t in runs)
                         + " | " + "; ".join(f"{names[t]}: {reach(t, key)}" for t in runs) + " |")
+    rows.append(transfer_row(summaries))
     rows += planted_reach(summaries)
     receptors, = claims_under(claims, "receptors")
     rows.append(f"| Logit receptors flip the pronoun (06) | {NO_PLANT} | {receptors.control or 'not run'} | "

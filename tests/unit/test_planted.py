@@ -353,7 +353,7 @@ def test_plant_and_recover_runs_and_ablating_the_plant_removes_it(tiny):
         assert specific["specific"] == V.specific_at_matched_size(specific["matched"][:-1], specific["ratio"])
     else:
         assert specific == dict(matched=[], ratio=specific["ratio"], threshold=None, specific=None, reach=None,
-                                trigger_share=specific["trigger_share"], without_triggers=None)
+                                trigger_share=specific["trigger_share"], without_triggers=None, transfer=None)
     assert specific["trigger_share"]["shuffled"] == 1.0 and specific["trigger_share"][R.WITHOUT_TRIGGERS] == 0.0
     text = R.findings(dict(plants=[row], unplanted=R.unplanted_control(tiny, sets, run, rules, 1, False), rules=rules))
     assert "| tiny L1.H1 | 2× |" in text and "Negative control" in text
@@ -405,6 +405,15 @@ def test_planted_specificity_cuts_every_circuit_to_k_and_judges_by_07s_rule(tiny
     assert 0 < found["trigger_share"]["random_tokens"] < 1
     assert found["reach"] == V.reach_record(matched_specificity_reach(k, masks.count(), found["threshold"]))
     assert found["matched"][0]["jaccard"] < 1  # the second seed drew its own prompts and batches: another circuit
+    # task-specificity by transfer on the same circuits: the declared kinds and the nonsense without triggers apart
+    from helpers.singular.validation.transfer import specific_by_transfer
+
+    transfer = found["transfer"]
+    assert [r["kind"] for r in transfer["rows"]] == [*RULES["specificity"]["kinds"], R.WITHOUT_TRIGGERS]
+    assert (transfer["k"], transfer["n"], transfer["bound"]) == (k, masks.count(), 0.21)
+    assert transfer["prompts"] + transfer["dropped_prompts"] == len(sets["held_out"])
+    assert transfer["specific"] == specific_by_transfer(transfer["rows"][:-1], 0.21)
+    assert transfer["specific_without_triggers"] == specific_by_transfer(transfer["rows"][-1:], 0.21)
 
 
 def test_planted_specificity_judges_the_declared_kinds_and_the_nonsense_without_triggers_apart(tiny, monkeypatch):
@@ -419,6 +428,18 @@ def test_planted_specificity_judges_the_declared_kinds_and_the_nonsense_without_
     seen = {}
     monkeypatch.setattr("helpers.singular.masking.training.train_masks", lambda masked, task, *a, **k: (task.name, None))
     monkeypatch.setattr(V, "matched_overlaps", lambda seeds, nonsense, k: seen.update(nonsense) or rows)
+    # task-specificity by transfer, by hand: the declared kinds do the task (KL 0.05), the nonsense without the
+    # triggers fails it (KL 2, beyond the second seed's by a CI above zero)
+    scored = [dict(kind=kind, kl=0.05, excess_low=0.0) for kind in RULES["specificity"]["kinds"]]
+    scored.append(dict(kind=R.WITHOUT_TRIGGERS, kl=2.0, excess_low=1.5))
+    monkeypatch.setattr("helpers.singular.masking.circuits.CircuitEvaluator", lambda masked, task, rule: task)
+    monkeypatch.setattr("helpers.singular.validation.transfer.transfer_scores",
+                        lambda evaluator, reference, nonsense, k, bound, rule: dict(rows=[dict(r) for r in scored],
+                                                                                     prompts=len(evaluator)))
+    from helpers.singular.validation import transfer as T
+
+    unseen, real_unseen = [], T.unseen_prompts
+    monkeypatch.setattr(T, "unseen_prompts", lambda task, *seen: unseen.append((task, seen)) or real_unseen(task, *seen))
 
     run = MaskingRun.declared(fast=True)
     rules = {**RULES, "plant": {**RULES["plant"], "n_pairs": 4}}
@@ -429,6 +450,18 @@ def test_planted_specificity_judges_the_declared_kinds_and_the_nonsense_without_
     assert seen[R.WITHOUT_TRIGGERS].endswith("random_tokens-without-4-ids")  # trained on the nonsense without the 4 triggers
     assert found["specific"] is False and found["threshold"] == pytest.approx(0.3)
     assert found["without_triggers"] == dict(kind=R.WITHOUT_TRIGGERS, specific=True, corrected=0.3)
+    assert (found["transfer"]["specific"], found["transfer"]["specific_without_triggers"]) == (False, True)
+    assert found["transfer"]["dropped_prompts"] + found["transfer"]["prompts"] == len(sets["held_out"])
+    # scored on the held-out prompts that neither the first seed nor the second (its own draw) trained on
+    from helpers.singular.validation.planted import planted_task
+
+    other_train, _ = planted_task(tiny, sets["pairs"], run.n_prompts, run.seed + 1).task.split(0.5, seed=run.seed + 1)
+    (task, trained_on), = unseen
+    assert task is sets["held_out"] and [t.prompts for t in trained_on] == [sets["train"].prompts, other_train.prompts]
+    scored[0].update(kl=0.2101, excess_low=0.001)  # the declared kinds just beyond the bound: still one within
+    assert R.planted_specificity(masked, "masks", sets, run, rules, 5, progress=False)["transfer"]["specific"] is False
+    scored[1].update(kl=0.2101, excess_low=0.001)
+    assert R.planted_specificity(masked, "masks", sets, run, rules, 5, progress=False)["transfer"]["specific"] is True
     rows[-1]["corrected"] = 0.3001  # just beyond
     assert R.planted_specificity(masked, "masks", sets, run, rules, 5, progress=False)["without_triggers"]["specific"] is False
     for row in rows[1:-1]:

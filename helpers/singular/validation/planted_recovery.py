@@ -285,6 +285,17 @@ def judged_masks(masked, masks, sets: dict, run, control_seeds: int) -> dict:
     return {k: row[k] for k in ("kept", "kept_fraction", "kl", "random_kl", "metric", "full_metric", "random_metric")}
 
 
+def declared_overlaps(matched: list[dict]) -> list[dict]:
+    """The matched-size rows ``[specificity]`` judges: every pair of seeds and the declared kinds of nonsense."""
+    return [r for r in matched if r["b"] != WITHOUT_TRIGGERS]
+
+
+def trigger_free_overlaps(matched: list[dict]) -> list[dict]:
+    """The matched-size rows ``[specificity_without_triggers]`` judges: every pair of seeds and the nonsense
+    without the plant's triggers."""
+    return [r for r in matched if r["pair"] == "seeds" or r["b"] == WITHOUT_TRIGGERS]
+
+
 def planted_specificity(masked, masks, sets: dict, run, rules: dict, k: int, progress: bool = True) -> dict:
     """Notebook 07's task-specificity at matched size on a planted circuit (``[specificity]``): a second training
     seed on its own draw of planted prompts and, per declared kind, masks trained on the training prompts made
@@ -292,15 +303,22 @@ def planted_specificity(masked, masks, sets: dict, run, rules: dict, k: int, pro
     corrected for chance (``matched_overlaps``). Returns those rows, 07's declared ratio, the threshold
     (``matched_threshold``), the verdict against the declared kinds (``specific_at_matched_size``; None when the
     circuit keeps every direction or none), whether both outcomes were reachable at these sizes, the share of each
-    nonsense's prompts that hold a trigger (``trigger_share``), and ``without_triggers``: the same rule against
+    nonsense's prompts that hold a trigger (``trigger_share``), ``without_triggers``: the same rule against
     random tokens that leave the plant's triggers out (``[specificity_without_triggers]``), the case known to be
-    yes, with its verdict and overlap."""
+    yes, with its verdict and overlap, and ``transfer``: the same circuits judged by task-specificity by transfer
+    (``helpers.singular.validation.transfer``, ``data/task_transfer.toml``) on the held-out prompts no compared
+    circuit trained on, against the declared kinds (``specific``) and against the nonsense without the triggers
+    (``specific_without_triggers``)."""
     from dataclasses import replace
 
     from helpers.core.feasibility import matched_specificity_reach
+    from helpers.singular.masking.circuits import CircuitEvaluator
     from helpers.singular.masking.training import train_masks
+    from helpers.singular.validation.adversary import load_attack_rules
     from helpers.singular.validation.nonsense import holding_share, nonsense_task
     from helpers.singular.validation.planted import planted_task
+    from helpers.singular.validation.transfer import (load_transfer_rule, specific_by_transfer, transfer_scores,
+                                                      unseen_prompts)
     from helpers.singular.validation.verdicts import (matched_overlaps, matched_rule, matched_threshold, reach_record,
                                                       specific_at_matched_size)
 
@@ -319,14 +337,23 @@ def planted_specificity(masked, masks, sets: dict, run, rules: dict, k: int, pro
     matched = matched_overlaps(seed_masks, nonsense, k)
     if not matched:
         return dict(matched=[], ratio=ratio, threshold=None, specific=None, reach=None, trigger_share=share,
-                    without_triggers=None)
+                    without_triggers=None, transfer=None)
     threshold = matched_threshold(matched, ratio)
-    declared_rows = [r for r in matched if r["b"] != WITHOUT_TRIGGERS]
-    free_rows = [r for r in matched if r["pair"] == "seeds" or r["b"] == WITHOUT_TRIGGERS]
-    return dict(matched=matched, ratio=ratio, threshold=threshold, specific=specific_at_matched_size(declared_rows, ratio),
+    free = trigger_free_overlaps(matched)
+    held_out, dropped = unseen_prompts(sets["held_out"], sets["train"], other_train)
+    bound = load_attack_rules()["faithful"]["bound"]
+    transfer = transfer_scores(CircuitEvaluator(masked, held_out, run.rule()), seed_masks[other.seed], nonsense, k,
+                               bound, load_transfer_rule())
+    transfer.update(dropped_prompts=dropped,
+                    specific=specific_by_transfer([r for r in transfer["rows"] if r["kind"] != WITHOUT_TRIGGERS], bound),
+                    specific_without_triggers=specific_by_transfer(
+                        [r for r in transfer["rows"] if r["kind"] == WITHOUT_TRIGGERS], bound))
+    return dict(matched=matched, ratio=ratio, threshold=threshold,
+                specific=specific_at_matched_size(declared_overlaps(matched), ratio),
                 reach=reach_record(matched_specificity_reach(k, matched[0]["n"], threshold)), trigger_share=share,
-                without_triggers=dict(kind=WITHOUT_TRIGGERS, specific=specific_at_matched_size(free_rows, ratio),
-                                      corrected=next(r["corrected"] for r in free_rows if r["pair"] == "nonsense")))
+                without_triggers=dict(kind=WITHOUT_TRIGGERS, specific=specific_at_matched_size(free, ratio),
+                                      corrected=next(r["corrected"] for r in free if r["pair"] == "nonsense")),
+                transfer=transfer)
 
 
 def plant_and_recover(base, site: dict, strength: float, sets: dict, run, rules: dict, unplanted_metric: torch.Tensor,
@@ -500,7 +527,7 @@ def specificity_words(row: dict) -> str | None:
     where = f"{row['site']} ×{row['strength']:g}"
     if found["specific"] is None:
         return f"{where}: not judged (the circuit keeps every direction or none)"
-    seeds, nonsense = matched_extremes([r for r in found["matched"] if r.get("b") != WITHOUT_TRIGGERS])
+    seeds, nonsense = matched_extremes(declared_overlaps(found["matched"]))
     k, n = found["matched"][0]["k"], found["matched"][0]["n"]
     decided = (found["reach"] or {}).get("decided_by")
     held = ", ".join(f"{kind.replace('_', ' ')} {100 * share:.0f} %" for kind, share in
@@ -523,6 +550,32 @@ def specificity_lines(rows: list[dict]) -> list[str]:
             "circuit's count, overlaps corrected for chance, a second seed on its own prompts; the case known to be yes "
             "is the nonsense without the plant's triggers, since the plant fires on a trigger wherever it stands): "
             + "; ".join(said) + "."]
+
+
+def transfer_case_words(row: dict) -> str | None:
+    """Task-specificity by transfer (``helpers.singular.validation.transfer``) on one plant's circuit, in words:
+    against the declared kinds of nonsense (they hold the plant's triggers) and against random tokens without them
+    (the case known to be yes); None where the rule was not run there."""
+    from helpers.singular.validation.transfer import transfer_words
+
+    found = (row.get("specificity") or {}).get("transfer")
+    if found is None:
+        return None
+    declared = [r["kind"] for r in found["rows"] if r["kind"] != WITHOUT_TRIGGERS]
+    return (f"{row['site']} ×{row['strength']:g} (top {found['k']:,} of {found['n']:,}, {found['prompts']} held-out "
+            f"prompts): against nonsense holding the triggers {transfer_words(found, declared, found['specific'])}; "
+            f"against random tokens without the triggers "
+            f"{transfer_words(found, [WITHOUT_TRIGGERS], found['specific_without_triggers'])}")
+
+
+def transfer_lines(rows: list[dict]) -> list[str]:
+    """The closing cell's line on task-specificity by transfer at the plants that ran it."""
+    said = [w for r in rows if (w := transfer_case_words(r))]
+    if not said:
+        return []
+    return ["- **Task-specificity by transfer on the planted circuits** (the second seed's and each nonsense circuit "
+            "cut to the planted circuit's count and scored on the planted task; specific when every nonsense circuit "
+            "fails the KL bound there, beyond the second seed's KL by a CI above zero): " + "; ".join(said) + "."]
 
 
 def paper_rule_lines(rows: list[dict], rules: dict) -> list[str]:
@@ -584,7 +637,7 @@ def findings(summary: dict, fast: bool = False) -> str:
     out += [f"- **Negative control**: the same recipe on the unplanted model keeps {100 * circuit['kept_fraction']:.1f} % "
             f"of the directions at held-out KL {_nats(circuit['kl'])}, against {_nats(circuit['random_kl'])} for its random "
             f"control: it {'beats' if unplanted['circuit_beats_random'] else 'does not beat'} it by the declared "
-            f"{rules['unplanted']['circuit_ratio']:g}×.", *paper_rule_lines(rows, rules), *specificity_lines(rows),
+            f"{rules['unplanted']['circuit_ratio']:g}×.", *paper_rule_lines(rows, rules), *specificity_lines(rows), *transfer_lines(rows),
             *attack_lines(summary),
             *paper2_lines(summary), "",
             "| site | strength | accuracy | ground truth kept (OV, QK) | recall | AUROC (random set) | median rank | "
