@@ -462,6 +462,9 @@ def test_planted_specificity_judges_the_declared_kinds_and_the_nonsense_without_
     assert R.planted_specificity(masked, "masks", sets, run, rules, 5, progress=False)["transfer"]["specific"] is False
     scored[1].update(kl=0.2101, excess_low=0.001)
     assert R.planted_specificity(masked, "masks", sets, run, rules, 5, progress=False)["transfer"]["specific"] is True
+    scored[-1].update(kl=0.05, excess_low=0.0)  # the nonsense without triggers now does the task: only its verdict turns
+    transfer = R.planted_specificity(masked, "masks", sets, run, rules, 5, progress=False)["transfer"]
+    assert (transfer["specific"], transfer["specific_without_triggers"]) == (True, False)
     rows[-1]["corrected"] = 0.3001  # just beyond
     assert R.planted_specificity(masked, "masks", sets, run, rules, 5, progress=False)["without_triggers"]["specific"] is False
     for row in rows[1:-1]:
