@@ -356,7 +356,7 @@ def transfer_row(summaries: dict) -> str:
                          else "yes") for r in cases)
     return (f"| {name} | the planted circuits against random tokens without the triggers (08): "
             + "; ".join(said(r, True) for r in cases) + " | the same circuits against nonsense that holds the triggers, "
-            "on which the plant fires: " + "; ".join(said(r, False) for r in cases) + f" | {reach} |")
+            "which can fire the plant: " + "; ".join(said(r, False) for r in cases) + f" | {reach} |")
 
 
 def paper2_known_yes(summaries: dict) -> str:
