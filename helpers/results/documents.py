@@ -333,16 +333,20 @@ def specificity_known_yes(summaries: dict) -> str:
 
 
 def transfer_row(summaries: dict) -> str:
-    """The row of "Can each verdict say yes?" for task-specificity by transfer (``helpers.singular.validation.transfer``):
-    the planted circuits of ``specificity_cases`` against random tokens without the plant's triggers (known yes) and
-    against the declared kinds, which hold them (known no: the plant fires on them), and whether both outcomes were
-    reachable at each plant's cut. Notebook 07 does not judge its tasks by it yet."""
+    """The row of "Can each verdict say yes?" for task-specificity by transfer (``helpers.singular.validation.transfer``).
+    Known yes: the planted circuits of ``specificity_cases`` against random tokens without the plant's triggers (08).
+    Known no: the same circuits against the declared kinds, which hold the triggers and can fire the plant, and each
+    notebook-07 task's third training seed scored as if it were nonsense. Reachability at each plant's and each
+    task's cut."""
     from helpers.singular.validation.planted_recovery import WITHOUT_TRIGGERS
     from helpers.singular.validation.transfer import transfer_words
 
-    name = "Task-specific by transfer (08; not yet run by 07)"
+    names = dict(VALIDATION_TASKS)
+    tasks = {task: found for task, _ in VALIDATION_TASKS
+             if (run := _validation_run(summaries, task)) and (found := summaries[run].get("transfer"))}
     cases = [r for r in specificity_cases(summaries) if r["specificity"].get("transfer")]
-    if not cases:
+    name = "Task-specific by transfer (" + ("07, 08" if tasks else "08; not yet run by 07") + ")"
+    if not cases and not tasks:
         return f"| {name} | {NO_PLANT} | not run | not run |"
 
     def said(row, free):
@@ -351,12 +355,21 @@ def transfer_row(summaries: dict) -> str:
         verdict = found["specific_without_triggers"] if free else found["specific"]
         return f"{row['site']} ×{row['strength']:g}: {transfer_words(found, kinds, verdict)}"
 
-    reach = "; ".join(f"{r['site']} ×{r['strength']:g}: "
-                      + (f"no, decided by {d}" if (d := (r['specificity']['transfer']['reach'] or {}).get('decided_by'))
-                         else "yes") for r in cases)
-    return (f"| {name} | the planted circuits against random tokens without the triggers (08): "
-            + "; ".join(said(r, True) for r in cases) + " | the same circuits against nonsense that holds the triggers, "
-            "which can fire the plant: " + "; ".join(said(r, False) for r in cases) + f" | {reach} |")
+    def reach(where, found):
+        decided = (found["reach"] or {}).get("decided_by")
+        return f"{where}: " + (f"no, decided by {decided}" if decided else "yes")
+
+    known_yes = ("the planted circuits against random tokens without the triggers (08): "
+                 + "; ".join(said(r, True) for r in cases)) if cases else NO_PLANT
+    known_no = ["the same circuits against nonsense that holds the triggers, which can fire the plant: "
+                + "; ".join(said(r, False) for r in cases)] if cases else []
+    posed = {task: f["posed_specific"] for task, f in tasks.items() if f.get("posed") is not None}
+    if posed:
+        known_no.append("a third training seed of the task scored as if it were nonsense (07): "
+                        + "; ".join(f"{names[t]}: {'says yes' if v else 'says no'}" for t, v in posed.items()))
+    reached = [reach(f"{r['site']} ×{r['strength']:g}", r["specificity"]["transfer"]) for r in cases]
+    reached += [reach(names[task], found) for task, found in tasks.items()]
+    return f"| {name} | {known_yes} | {'; '.join(known_no) or 'not run'} | {'; '.join(reached)} |"
 
 
 def paper2_known_yes(summaries: dict) -> str:
@@ -448,7 +461,6 @@ def verdict_reach(summaries: dict, claims: list[Claim]) -> str:
     to be yes (a planted mechanism) and its outcome, the case known to be no and its outcome, and whether both
     outcomes were reachable at the runs' own sizes (``helpers.core.feasibility``)."""
     from helpers.singular.validation.adversary import load_attack_rules
-    from helpers.singular.validation.verdicts import specificity_key
 
     rows = ["| Verdict rule | Known yes: case, outcome | Known no: case, outcome | Both outcomes reachable at the run's sizes |",
             "|---|---|---|---|"]
@@ -485,13 +497,13 @@ def verdict_reach(summaries: dict, claims: list[Claim]) -> str:
             return "no circuit within the bound" if value is None else ("says yes" if value else "says no")
 
         def reach(task, key):
-            if key == "task_specific":
-                key = specificity_key(judged[task])
+            if key == "task_specific":  # the overlap rules (task-specificity by transfer has its own row)
+                key = "task_specific_matched" if judged[task].get("task_specific_matched") is not None else key
             if judged[task][key] is None:
                 return "not judged"
             return "yes" if not (judged[task][key + "_reach"] or {}).get("decided_by") else "no, decided by set sizes"
 
-        for (rule, case), index, key in ((("Task-specific (07)", "a second training seed of the task posed as its nonsense"), 0,
+        for (rule, case), index, key in ((("Task-specific by overlap (07)", "a second training seed of the task posed as its nonsense"), 0,
                                           "task_specific"),
                                          (("Trained weights matter (07)", "the trained model posed as its own weight control"), 1,
                                           "weights_matter")):

@@ -209,3 +209,20 @@ def test_notebook_08_and_the_results_page_say_what_the_transfer_rule_found():
     assert transfer_row(decided).endswith("| middle ×8: no, decided by the cut: … |")
     assert specificity_calibration(decided).endswith("at 0 of 1.")
     assert transfer_row({}).endswith("| not run | not run |")
+
+
+def test_the_results_row_adds_notebook_07s_tasks_once_they_are_judged_by_transfer():
+    from helpers.results.documents import PLANTED_RUN, transfer_row
+    from tests.unit.test_validation import transfer_record
+
+    planted = {PLANTED_RUN: {"plants": [_planted_row(free_kl=2.0, declared_kl=0.05)]}}
+    seven = {"07_circuit_validation-gender-smollm2-135m": {"task": "gender", "transfer": transfer_record()},
+             "07_circuit_validation-ioi-smollm2-135m": {"task": "ioi", "transfer": transfer_record(
+                 posed_kl=0.5, decided_by="the cut: …")}}
+    row = transfer_row({**planted, **seven})
+    assert row.startswith("| Task-specific by transfer (07, 08) | the planted circuits against random tokens without ")
+    assert ("; a third training seed of the task scored as if it were nonsense (07): IOI: says yes; Gender pronoun: "
+            "says no |") in row
+    assert row.endswith("| middle ×8: yes; IOI: no, decided by the cut: …; Gender pronoun: yes |")
+    alone = transfer_row(seven)  # 07 without notebook 08's plants
+    assert alone.startswith("| Task-specific by transfer (07, 08) | none yet") and "| a third training seed" in alone

@@ -7,7 +7,8 @@ from helpers.singular.validation.adversary import load_attack_rules
 from helpers.singular.masking.masks import FixedMasks, MaskedModel
 from helpers.singular.tasks import ioi_task
 from helpers.singular.masking.training import MaskingRun
-from helpers.singular.validation.verdicts import (attack_targets, findings, judged, nonsense_controls, scored_masks,
+from helpers.singular.validation.verdicts import (attack_targets, findings, judged, judged_from_summary, nonsense_controls,
+                                                  scored_masks,
                                          seed_overlaps, smallest_count_within, specificity, verdict_line,
                                          weight_controls, weights_matter, with_attack_overrides)
 from helpers.tiled.sites import control_model
@@ -116,7 +117,7 @@ def test_the_binarised_masks_of_a_circuit_file_are_its_kept_set(tmp_path):
 
 
 def seven_summary(survives=(True, False), nonsense=(0.1, 0.15), seeds=(0.4, 0.5, 0.6), task=200, controls=(350, None),
-                  matched=None, nested=None):
+                  matched=None, nested=None, transfer=None):
     rules = load_attack_rules()
     attack = pd.DataFrame([dict(label=f"ioi-{i}", role=f"role {i}", circuit=which, kept=10, kept_fraction=0.1,
                                 under_rule_kl=0.1, stochastic_mean_kl=0.1, stochastic_max_kl=0.2,
@@ -132,8 +133,8 @@ def seven_summary(survives=(True, False), nonsense=(0.1, 0.15), seeds=(0.4, 0.5,
     weights = pd.DataFrame([dict(control=c, kl=0.5 if k is None else 0.1, at_bound_kept=k,
                                  at_bound_kept_fraction=None if k is None else k / 1000,
                                  at_bound_kl=None if k is None else 0.1) for c, k in zip(("random-init", "permuted"), controls)])
-    verdicts = judged(attack, seed_table, jaccards, nonsense_table, weights, rules, 1000, matched, nested)
-    return dict(task="ioi", total_directions=1000, verdicts=verdicts, matched_overlaps=matched or [],
+    verdicts = judged(attack, seed_table, jaccards, nonsense_table, weights, rules, 1000, matched, nested, transfer)
+    return dict(task="ioi", total_directions=1000, verdicts=verdicts, matched_overlaps=matched or [], transfer=transfer,
                 nested_attack=nested or [], attack_table=attack.to_dict("records"), seeds=seed_table.to_dict("records"),
                 seed_jaccards=jaccards, nonsense=nonsense_table.to_dict("records"),
                 weight_controls=weights.astype(object).where(weights.notna(), None).to_dict("records"))
@@ -274,3 +275,79 @@ def test_results_say_each_tasks_calibration_only_where_its_run_attacked_nested_c
                     "holds the bound is 99 % by the learned ranking and 99.9 % at random (the learned ranking holds at "
                     "a smaller share than random).")
     assert nested_calibration({"07_circuit_validation-ioi-smollm2-135m": seven_summary()}) is None
+
+
+def transfer_record(kl=2.0, low=1.5, decided_by="", posed_kl=0.05):
+    """A ``transfer_check`` record by hand: both kinds of nonsense at KL ``kl`` on the task with the CI's lower end
+    ``low``, the third seed posed as nonsense at ``posed_kl``."""
+    from helpers.singular.validation.transfer import specific_by_transfer
+
+    rows = [dict(kind=k, kl=kl, fails_bound=kl > 0.21, excess=low + 0.1, excess_low=low, excess_high=low + 0.2)
+            for k in ("shuffled", "random_tokens")]
+    posed = dict(kind="seed 2", kl=posed_kl, fails_bound=posed_kl > 0.21, excess=posed_kl - 0.04,
+                 excess_low=posed_kl - 0.06, excess_high=posed_kl - 0.02)
+    return dict(k=300, n=1000, bound=0.21, prompts=64, reference_kl=0.04, random_kl=1.2, rows=rows,
+                reach=dict(yes=True, no=not decided_by, decided_by=decided_by), reference="seed 1", dropped_prompts=0,
+                specific=specific_by_transfer(rows, 0.21), posed=posed, posed_specific=specific_by_transfer([posed], 0.21))
+
+
+def test_task_specificity_by_transfer_supersedes_the_overlap_rules_and_reads_in_words():
+    from helpers.singular.validation.verdicts import controls_title, specificity_key
+
+    summary = seven_summary(nonsense=(0.1, 0.25), transfer=transfer_record())
+    v = summary["verdicts"]
+    assert (v["task_specific"], v["task_specific_transfer"]) == (False, True)  # the overlap says no, the task says yes
+    assert v["task_specific_transfer_reach"] == dict(yes=True, no=True, decided_by="")
+    assert specificity_key(v) == "task_specific_transfer"
+    assert specificity_key({**v, "task_specific_matched": False}) == "task_specific_transfer"  # it supersedes both
+    assert specificity_key({**v, "task_specific_transfer": None}) == "task_specific"
+    assert specificity_key({**v, "task_specific_transfer": None, "task_specific_matched": False}) == "task_specific_matched"
+    assert controls_title("ioi", v).startswith("ioi: the circuit is task-specific;")
+    line = verdict_line(summary)
+    assert ("task-specific by transfer: yes (the second seed's and each nonsense circuit cut to 300 of 1,000 directions "
+            "and scored on the task: shuffled: KL 2.000 on the task, +1.600 [+1.500, +1.700] beyond the second seed's "
+            "0.040; random tokens: KL 2.000") in line
+    assert "; task-specific: no; Jaccard with a nonsense circuit up to 0.25" in line  # the overlap rule beside it
+    text = findings(summary)
+    assert "- **Task-specific by transfer?** yes: the seed 1 circuit and each nonsense circuit cut to 300 of 1,000" in text
+    assert "  - The case known to be no, seed 2 scored as if it were nonsense: not specific (seed 2: KL 0.050" in text
+    decided = seven_summary(transfer=transfer_record(decided_by="the cut: circuits of 300 of 1,000 directions fail"))
+    assert controls_title("ioi", decided["verdicts"]).startswith("ioi: task-specificity decided by the cut;")
+    assert "task-specific by transfer: uninformative: decided by the cut: circuits of 300" in verdict_line(decided)
+    assert seven_summary(transfer=transfer_record(kl=0.21))["verdicts"]["task_specific_transfer"] is False
+    assert judged_from_summary(summary, load_attack_rules())["task_specific_transfer"] is True
+    assert "Task-specific by transfer" not in findings(seven_summary())
+
+
+def test_transfer_check_judges_the_nonsense_against_the_second_seed_and_poses_the_third(monkeypatch):
+    """The reference is the second seed, the third is scored beside the nonsense and judged apart (the case known
+    to be no); without a second seed or a nonsense circuit nothing is judged."""
+    from helpers.singular.validation import transfer as T
+    from helpers.singular.validation.verdicts import transfer_check
+
+    seen = {}
+
+    def scores(evaluator, reference, nonsense, k, bound, rule):
+        seen.update(reference=reference, kinds=list(nonsense), k=k, prompts=evaluator.task.prompts)
+        kl = dict(shuffled=1.0, random_tokens=0.5, **{"seed 2": 0.05})
+        return dict(k=k, n=1000, bound=bound, prompts=len(evaluator.task), reference_kl=0.04, random_kl=1.0,
+                    reach=dict(yes=True, no=True, decided_by=""),
+                    rows=[dict(kind=kind, kl=kl[kind], excess_low=kl[kind] - 0.1) for kind in nonsense])
+
+    monkeypatch.setattr(T, "transfer_scores", scores)
+    monkeypatch.setattr("helpers.singular.masking.circuits.CircuitEvaluator",
+                        lambda masked, task, rule: type("E", (), {"task": task})())
+    task = type("Task", (), {"name": "ioi", "prompts": ["a", "b", "c"], "__len__": lambda self: 3})()
+    train = type("Task", (), {"prompts": ["x"]})()
+    found = transfer_check(None, train, task, "rule", {0: "m0", 1: "m1", 2: "m2"},
+                           {"shuffled": "n1", "random_tokens": "n2"}, 300, 0.21)
+    assert seen == dict(reference="m1", kinds=["shuffled", "random_tokens", "seed 2"], k=300, prompts=["a", "b", "c"])
+    assert [r["kind"] for r in found["rows"]] == ["shuffled", "random_tokens"] and found["posed"]["kind"] == "seed 2"
+    assert (found["specific"], found["posed_specific"], found["reference"]) == (True, False, "seed 1")
+    assert found["dropped_prompts"] == 0
+    two = transfer_check(None, train, task, "rule", {0: "m0", 1: "m1"}, {"shuffled": "n1"}, 300, 0.21)
+    assert two["posed"] is None and two["posed_specific"] is None and seen["kinds"] == ["shuffled"]
+    assert transfer_check(None, train, task, "rule", {0: "m0"}, {"shuffled": "n1"}, 300, 0.21) is None
+    assert transfer_check(None, train, task, "rule", {0: "m0", 1: "m1"}, {}, 300, 0.21) is None
+    with pytest.raises(ValueError, match="collide"):
+        transfer_check(None, train, task, "rule", {0: "m0", 1: "m1", 2: "m2"}, {"seed 2": "n"}, 300, 0.21)

@@ -16,7 +16,11 @@ the task, what was found on the task does. Declared in ``data/task_transfer.toml
 - ``excess``: a nonsense circuit's mean excess KL over the second seed's, with its paired bootstrap CI;
 - ``transfer_reach``: whether both outcomes were reachable at k (a ``helpers.core.feasibility.Reach``);
 - ``transfer_scores``: every number the rule reads, for one task circuit;
-- ``specific_by_transfer``: the verdict, at its boundaries in the tests.
+- ``specific_by_transfer``: the verdict, at its boundaries in the tests;
+- ``transfer_detail`` and ``transfer_words``: the numbers behind a verdict, and the verdict with them, in words.
+
+Notebook 07's use of it (its second seed as the reference, a third seed posed as nonsense) is
+``helpers.singular.validation.verdicts.transfer_check``.
 """
 from __future__ import annotations
 
@@ -129,10 +133,10 @@ def transfer_scores(evaluator, reference_masks, nonsense_masks: dict, k: int, bo
                 random_kl=random_kl, rows=rows, reach=reach_record(reach))
 
 
-def transfer_words(found: dict, kinds: list[str], specific: bool) -> str:
-    """The rule's verdict on the nonsense ``kinds`` of ``transfer_scores``'s ``found``, in words: "specific
-    (random tokens: KL 2.314 on the task, +2.271 [+2.105, +2.440] beyond the second seed's 0.043; bound 0.21)",
-    with "uninformative: decided by …" where one outcome was out of reach."""
+def transfer_detail(found: dict, kinds: list[str]) -> str:
+    """The numbers behind the verdict on the nonsense ``kinds`` of ``transfer_scores``' ``found``: "random tokens: KL
+    2.314 on the task, +2.271 [+2.105, +2.440] beyond the second seed's 0.043; bound 0.21", with "uninformative:
+    decided by …" where one outcome was out of reach."""
     rows = [r for r in found["rows"] if r["kind"] in kinds]
     if not rows:
         raise ValueError(f"kinds={kinds!r}: none among the scored kinds {[r['kind'] for r in found['rows']]}")
@@ -140,5 +144,11 @@ def transfer_words(found: dict, kinds: list[str], specific: bool) -> str:
                      f"[{r['excess_low']:+.3f}, {r['excess_high']:+.3f}] beyond the second seed's "
                      f"{found['reference_kl']:.3f}" for r in rows)
     decided = (found.get("reach") or {}).get("decided_by")
-    return (f"{'specific' if specific else 'not specific'} ({said}; bound {found['bound']:g}"
-            + (f"; uninformative: decided by {decided}" if decided else "") + ")")
+    return f"{said}; bound {found['bound']:g}" + (f"; uninformative: decided by {decided}" if decided else "")
+
+
+def transfer_words(found: dict, kinds: list[str], specific: bool) -> str:
+    """The rule's verdict on the nonsense ``kinds`` of ``transfer_scores``'s ``found``, in words: "specific
+    (random tokens: KL 2.314 on the task, +2.271 [+2.105, +2.440] beyond the second seed's 0.043; bound 0.21)"
+    (``transfer_detail``)."""
+    return f"{'specific' if specific else 'not specific'} ({transfer_detail(found, kinds)})"

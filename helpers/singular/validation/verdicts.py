@@ -8,7 +8,9 @@ declares.
   other prompts or another model, scored on its own held-out prompts: its binarised circuit against a
   same-count random one, and the fewest top-ranked directions within the bound (bisection);
 - ``seed_overlaps``: the Jaccard of the kept sets between every pair of seeds;
-- ``specificity`` and ``weights_matter``: the declared rules, at their boundaries in the tests.
+- ``specificity`` and ``weights_matter``: the declared rules, at their boundaries in the tests;
+- ``transfer_check``: task-specificity by transfer (``helpers.singular.validation.transfer``), the verdict that
+  stands (``specificity_key``), with a third seed posed as nonsense.
 
 The weight controls are paper 2's (``helpers.tiled.sites.control_model``: every weight re-drawn, or each
 linear map's input columns permuted), whose record names the control, so that their trainings never share a
@@ -136,6 +138,38 @@ def matched_overlaps(seed_masks: dict, nonsense_masks: dict, k: int) -> list[dic
         rows.append(dict(pair=pair, a=a, b=b, k=k, n=n, both=both, jaccard=kept_overlap(cut[a], cut[b]),
                          chance_jaccard=chance_jaccard(k, k, n), corrected=corrected_overlap(both, k, k, n)))
     return rows
+
+
+def transfer_check(masked, train, held_out, ablation, seed_masks: dict, nonsense_masks: dict, k: int,
+                   bound: float) -> dict | None:
+    """Task-specificity by transfer (``helpers.singular.validation.transfer``, ``data/task_transfer.toml``) on the
+    task circuit of ``k`` directions: the second seed (``seed_masks``' second in seed order) is the reference and
+    every nonsense kind is judged, on the ``held_out`` prompts without any ``train`` prompt (every seed and every
+    nonsense circuit trained on ``train`` or on ``train`` made nonsense). A third seed, where there is one, is
+    scored as if it were nonsense (``posed``): the case known to be no, since it was found on the task. Returns
+    ``transfer_scores``' record with the verdict over the kinds (``specific``), the posed seed's row and verdict, and
+    the reference's name; None without a second seed or a nonsense circuit, or where k keeps every direction or none."""
+    from helpers.singular.masking.circuits import CircuitEvaluator
+    from helpers.singular.validation.transfer import (load_transfer_rule, specific_by_transfer, transfer_scores,
+                                                      unseen_prompts)
+
+    order = sorted(seed_masks)
+    if len(order) < 2 or not nonsense_masks:
+        return None
+    prompts, dropped = unseen_prompts(held_out, train)
+    posed = {f"seed {s}": seed_masks[s] for s in order[2:3]}
+    clash = sorted(set(posed) & set(nonsense_masks))
+    if clash:
+        raise ValueError(f"nonsense kinds {clash} collide with the names of the seeds posed as nonsense")
+    found = transfer_scores(CircuitEvaluator(masked, prompts, ablation), seed_masks[order[1]],
+                            {**nonsense_masks, **posed}, k, bound, load_transfer_rule())
+    if found is None:
+        return None
+    rows = [r for r in found["rows"] if r["kind"] in nonsense_masks]
+    posed_row = next((r for r in found["rows"] if r["kind"] in posed), None)
+    return dict(found, rows=rows, reference=f"seed {order[1]}", dropped_prompts=dropped,
+                specific=specific_by_transfer(rows, bound), posed=posed_row,
+                posed_specific=None if posed_row is None else specific_by_transfer([posed_row], bound))
 
 
 def matched_extremes(matched: list[dict]) -> tuple[float, float]:
@@ -361,7 +395,7 @@ def _count(value):
 
 def judged(attack_table: pd.DataFrame, seeds: pd.DataFrame, jaccards: list[dict], nonsense: pd.DataFrame,
            weights: pd.DataFrame, rules: dict, total: int, matched: list[dict] | None = None,
-           nested: pd.DataFrame | list[dict] | None = None) -> dict:
+           nested: pd.DataFrame | list[dict] | None = None, transfer: dict | None = None) -> dict:
     """The three verdicts of a task, by the declared rules: whether each attacked circuit survives; whether the
     task circuit is task-specific (None without nonsense controls or a second seed); whether the trained
     weights matter to its kept fraction (None without a weight control whose training reached the bound, or
@@ -369,7 +403,8 @@ def judged(attack_table: pd.DataFrame, seeds: pd.DataFrame, jaccards: list[dict]
     reachable at these sizes (``helpers.core.feasibility``; ``total``: the directions of the model). With ``matched``
     (``matched_overlaps``), task-specificity also at matched size and corrected for chance
     (``specific_at_matched_size``), the rule that supersedes the size-blind one. With ``nested``
-    (``attack_nested_circuits``), the attack's ``calibration``.
+    (``attack_nested_circuits``), the attack's ``calibration``. With ``transfer`` (``transfer_check``), task-specificity
+    by transfer, the rule that supersedes both overlap rules (``specificity_key``).
     ``rules``: ``load_attack_rules``, with any overrides of the attack."""
     from helpers.core.feasibility import matched_specificity_reach, specificity_reach, weights_reach
 
@@ -401,6 +436,8 @@ def judged(attack_table: pd.DataFrame, seeds: pd.DataFrame, jaccards: list[dict]
         task_specific=specific, task_specific_reach=reach_record(specific_reach),
         task_specific_matched=at_matched, task_specific_matched_reach=reach_record(at_matched_reach),
         matched_threshold=threshold_matched,
+        task_specific_transfer=None if transfer is None else transfer["specific"],
+        task_specific_transfer_reach=None if transfer is None else transfer["reach"],
         nonsense_jaccard=max(nonsense_jaccards.values()) if nonsense_jaccards else None,
         lowest_seed_jaccard=min(seed_jaccards) if seed_jaccards else None,
         task_kept_fraction=_none_if_nan(seeds["at_bound_kept_fraction"].iloc[0]),
@@ -422,7 +459,8 @@ def judged_from_summary(summary: dict, rules: dict, total: int | None = None) ->
     nonsense = pd.DataFrame(summary["nonsense"]) if summary["nonsense"] else \
         pd.DataFrame(columns=["kind", "jaccard_with_task", *CONTROL_COLUMNS])
     return judged(pd.DataFrame(summary["attack_table"]), pd.DataFrame(summary["seeds"]), summary["seed_jaccards"],
-                  nonsense, weights, rules, int(total), summary.get("matched_overlaps"), summary.get("nested_attack"))
+                  nonsense, weights, rules, int(total), summary.get("matched_overlaps"), summary.get("nested_attack"),
+                  summary.get("transfer"))
 
 
 def reach_record(reach) -> dict | None:
@@ -519,6 +557,13 @@ def verdict_line(summary: dict, verdicts: dict | None = None) -> str:
                   if v.get("total_directions") else "")
         specific += (f"; Jaccard with a nonsense circuit up to {v['nonsense_jaccard']:.2f}{chance}, between seeds from "
                      f"{v['lowest_seed_jaccard']:.2f}")
+    if v.get("task_specific_transfer") is not None:
+        from helpers.singular.validation.transfer import transfer_detail
+
+        found = summary["transfer"]
+        specific = (f"task-specific by transfer: {_said(v['task_specific_transfer'], v.get('task_specific_transfer_reach'))} "
+                    f"(the second seed's and each nonsense circuit cut to {found['k']:,} of {found['n']:,} directions and "
+                    f"scored on the task: {transfer_detail(found, [r['kind'] for r in found['rows']])}); {specific}")
     return f"{line}; {specific}; the trained weights matter: {_weights_words(v, summary)}"
 
 
@@ -546,9 +591,33 @@ def overlap_rows(jaccards: list[dict], nonsense: pd.DataFrame) -> pd.DataFrame:
 
 
 def specificity_key(verdicts: dict) -> str:
-    """The task-specificity verdict that stands: at matched size where it was judged (it supersedes the
-    size-blind rule), else the size-blind one."""
-    return "task_specific_matched" if verdicts.get("task_specific_matched") is not None else "task_specific"
+    """The task-specificity verdict that stands: by transfer where it was judged (it supersedes both overlap
+    rules), else at matched size where that was judged (it supersedes the size-blind rule), else the size-blind one."""
+    for key in ("task_specific_transfer", "task_specific_matched"):
+        if verdicts.get(key) is not None:
+            return key
+    return "task_specific"
+
+
+def transfer_lines(summary: dict) -> list[str]:
+    """The closing cell's lines on task-specificity by transfer (``transfer_check``): the verdict over the nonsense
+    kinds, and the third seed posed as nonsense, the case known to be no; none where the run did not judge it."""
+    from helpers.singular.validation.transfer import transfer_detail
+
+    found = summary.get("transfer")
+    if not found:
+        return []
+    v = summary["verdicts"]
+    lines = [f"- **Task-specific by transfer?** {_said(v['task_specific_transfer'], v.get('task_specific_transfer_reach'))}: "
+             f"the {found['reference']} circuit and each nonsense circuit cut to {found['k']:,} of {found['n']:,} directions "
+             f"and scored on {found['prompts']} held-out task prompts ({transfer_detail(found, [r['kind'] for r in found['rows']])}; "
+             f"a random circuit of that size: KL {found['random_kl']:.3f})."]
+    if found.get("posed"):
+        posed = dict(found, rows=[found["posed"]])
+        lines.append(f"  - The case known to be no, {found['posed']['kind']} scored as if it were nonsense: "
+                     f"{'specific' if found['posed_specific'] else 'not specific'} "
+                     f"({transfer_detail(posed, [found['posed']['kind']])}).")
+    return lines
 
 
 def controls_title(task: str, verdicts: dict) -> str:
@@ -557,7 +626,7 @@ def controls_title(task: str, verdicts: dict) -> str:
     specific = {None: "task-specificity not tested", True: "the circuit is task-specific",
                 False: "the circuit is NOT task-specific"}[verdicts[key]]
     if _said(verdicts[key], verdicts.get(key + "_reach")).startswith("uninformative"):
-        specific = "task-specificity decided by set sizes"
+        specific = f"task-specificity decided by {verdicts[key + '_reach']['decided_by'].split(':')[0]}"
     weights = {None: "untrained weights not compared", True: "untrained weights need clearly more directions",
                False: "untrained weights need no clearly larger share"}[verdicts["weights_matter"]]
     if _said(verdicts["weights_matter"], verdicts.get("weights_matter_reach")).startswith("uninformative"):
@@ -592,6 +661,7 @@ def findings(summary: dict, fast: bool = False) -> str:
               if row["at_bound_kept_fraction"] is not None else f"no circuit within KL {bound:g}")
         lines.append(f"- **Nonsense ({row['kind'].replace('_', ' ')}):** {at}; Jaccard with the task circuit "
                      f"{row['jaccard_with_task']:.2f}.")
+    lines += transfer_lines(summary)
     task_at = v["task_kept_fraction"]
     for row in summary["weight_controls"]:
         at = (f"{100 * row['at_bound_kept_fraction']:.1f} % kept at KL {row['at_bound_kl']:.2f}"
