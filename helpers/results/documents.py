@@ -334,10 +334,10 @@ def specificity_known_yes(summaries: dict) -> str:
 
 def transfer_row(summaries: dict) -> str:
     """The row of "Can each verdict say yes?" for task-specificity by transfer (``helpers.singular.validation.transfer``).
-    Known yes: the planted circuits of ``specificity_cases`` against random tokens without the plant's triggers (08).
-    Known no: the same circuits against the declared kinds, which hold the triggers and can fire the plant, and each
-    notebook-07 task's third training seed scored as if it were nonsense. Reachability at each plant's and each
-    task's cut."""
+    Known yes: the planted circuits of ``specificity_cases`` against random tokens without the plant's triggers (08),
+    with the same circuits against the declared kinds beside it (they hold the triggers, so the plant can fire on
+    them: a contrast, not a case known to be no). Known no: each notebook-07 task's third training seed scored as if
+    it were nonsense. Reachability at each plant's and each task's cut."""
     from helpers.singular.validation.planted_recovery import WITHOUT_TRIGGERS
     from helpers.singular.validation.transfer import transfer_words
 
@@ -360,16 +360,15 @@ def transfer_row(summaries: dict) -> str:
         return f"{where}: " + (f"no, decided by {decided}" if decided else "yes")
 
     known_yes = ("the planted circuits against random tokens without the triggers (08): "
-                 + "; ".join(said(r, True) for r in cases)) if cases else NO_PLANT
-    known_no = ["the same circuits against nonsense that holds the triggers, which can fire the plant: "
-                + "; ".join(said(r, False) for r in cases)] if cases else []
+                 + "; ".join(said(r, True) for r in cases) + "; beside them, against nonsense that holds the triggers "
+                 "(the plant can fire on it): " + "; ".join(said(r, False) for r in cases)) if cases else NO_PLANT
     posed = {task: f["posed_specific"] for task, f in tasks.items() if f.get("posed") is not None}
-    if posed:
-        known_no.append("a third training seed of the task scored as if it were nonsense (07): "
-                        + "; ".join(f"{names[t]}: {'says yes' if v else 'says no'}" for t, v in posed.items()))
+    known_no = ("a third training seed of the task scored as if it were nonsense (07): "
+                + "; ".join(f"{names[t]}: {'says yes' if v else 'says no'}" for t, v in posed.items())) if posed else \
+        "a third training seed of the task scored as if it were nonsense (07): not run yet"
     reached = [reach(f"{r['site']} ×{r['strength']:g}", r["specificity"]["transfer"]) for r in cases]
     reached += [reach(names[task], found) for task, found in tasks.items()]
-    return f"| {name} | {known_yes} | {'; '.join(known_no) or 'not run'} | {'; '.join(reached)} |"
+    return f"| {name} | {known_yes} | {known_no} | {'; '.join(reached)} |"
 
 
 def paper2_known_yes(summaries: dict) -> str:

@@ -199,7 +199,9 @@ def test_notebook_08_and_the_results_page_say_what_the_transfer_rule_found():
     table = transfer_row(summaries)
     assert table.startswith("| Task-specific by transfer (08; not yet run by 07) | the planted circuits against random "
                             "tokens without the triggers (08): middle ×8: specific (")
-    assert table.endswith("| middle ×8: yes; late ×2: yes |")
+    assert table.endswith("| a third training seed of the task scored as if it were nonsense (07): not run yet | "
+                          "middle ×8: yes; late ×2: yes |")
+    assert "; beside them, against nonsense that holds the triggers (the plant can fire on it): middle ×8: not " in table
     assert "late ×2: not specific (random tokens without triggers: KL 0.100" in table
     paragraph = specificity_calibration(summaries)
     assert paragraph.endswith("says specific against random tokens without the triggers at 1 of 2 planted circuits "
@@ -221,8 +223,9 @@ def test_the_results_row_adds_notebook_07s_tasks_once_they_are_judged_by_transfe
                  posed_kl=0.5, decided_by="the cut: …")}}
     row = transfer_row({**planted, **seven})
     assert row.startswith("| Task-specific by transfer (07, 08) | the planted circuits against random tokens without ")
-    assert ("; a third training seed of the task scored as if it were nonsense (07): IOI: says yes; Gender pronoun: "
+    assert ("| a third training seed of the task scored as if it were nonsense (07): IOI: says yes; Gender pronoun: "
             "says no |") in row
     assert row.endswith("| middle ×8: yes; IOI: no, decided by the cut: …; Gender pronoun: yes |")
     alone = transfer_row(seven)  # 07 without notebook 08's plants
     assert alone.startswith("| Task-specific by transfer (07, 08) | none yet") and "| a third training seed" in alone
+    assert transfer_row({}) == "| Task-specific by transfer (08; not yet run by 07) | none yet: no planted mechanism | not run | not run |"
