@@ -19,7 +19,7 @@ RULE = T.load_transfer_rule()
 def setting():
     """The tiny Llama, the planted task's held-out prompts under notebook 02's rule, and masks of seeded logits."""
     from helpers.singular.masking.circuits import CircuitEvaluator
-    from helpers.singular.masking.masks import DirectionMasks, MaskedModel
+    from helpers.singular.masking.masks import MaskedModel
     from helpers.singular.masking.training import MaskingRun
 
     tiny = cached_model("tiny-llama", "fold_norm")
@@ -27,16 +27,20 @@ def setting():
     rules = {**R.load_plant_rules(), "plant": {**R.load_plant_rules()["plant"], "n_pairs": 4}}
     sets = R.prompt_sets(tiny, rules, run.n_prompts, fast=True)
     masked = MaskedModel(tiny)
+    return dict(evaluator=CircuitEvaluator(masked, sets["held_out"], run.rule()),
+                masks=lambda seed: seeded_masks(tiny, seed), sets=sets)
 
-    def masks(seed):
-        m = DirectionMasks(tiny)
-        generator = torch.Generator().manual_seed(seed)
-        with torch.no_grad():
-            for p in m.logits.values():
-                p.copy_(torch.randn(p.shape, generator=generator, device="cpu"))
-        return m
 
-    return dict(evaluator=CircuitEvaluator(masked, sets["held_out"], run.rule()), masks=masks, sets=sets)
+def seeded_masks(model, seed: int):
+    """Masks over ``model``'s directions whose logits are standard normal draws of a generator seeded by ``seed``."""
+    from helpers.singular.masking.masks import DirectionMasks
+
+    masks = DirectionMasks(model)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in masks.logits.values():
+            p.copy_(torch.randn(p.shape, generator=generator, device="cpu"))
+    return masks
 
 
 def test_per_prompt_kl_averages_to_the_evaluators_kl(setting):

@@ -356,24 +356,16 @@ def test_transfer_check_judges_the_nonsense_against_the_second_seed_and_poses_th
 def test_transfer_check_runs_on_real_masks_and_prompts():
     """The same on the tiny Llama's own masks and the planted task's prompts: every number comes from
     ``transfer_scores`` on the held-out prompts, the third seed scored beside the nonsense."""
-    from helpers.singular.masking.masks import DirectionMasks
     from helpers.singular.validation import planted_recovery as R
     from helpers.singular.validation.transfer import specific_by_transfer
     from helpers.singular.validation.verdicts import transfer_check
+    from tests.unit.test_transfer import seeded_masks
 
     tiny = cached_model("tiny-llama", "fold_norm")
     run = MaskingRun.declared(fast=True)
     rules = {**R.load_plant_rules(), "plant": {**R.load_plant_rules()["plant"], "n_pairs": 4}}
     sets = R.prompt_sets(tiny, rules, run.n_prompts, fast=True)
-
-    def masks(seed):
-        m = DirectionMasks(tiny)
-        generator = torch.Generator().manual_seed(seed)
-        with torch.no_grad():
-            for p in m.logits.values():
-                p.copy_(torch.randn(p.shape, generator=generator, device="cpu"))
-        return m
-
+    masks = lambda seed: seeded_masks(tiny, seed)  # noqa: E731
     k = masks(0).count() // 2
     found = transfer_check(MaskedModel(tiny), sets["train"], sets["held_out"], run.rule(),
                            {0: masks(0), 1: masks(1), 2: masks(2)}, {"shuffled": masks(3)}, k, 0.21)
