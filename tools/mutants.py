@@ -269,7 +269,7 @@ MUTANTS = [  # (file, original text, mutated text, tests to run, what the mutant
  ('helpers/singular/validation/verdicts.py', '    posed = {f"seed {s}": seed_masks[s] for s in order[2:3]}', '    posed = {f"seed {s}": seed_masks[s] for s in order[1:2]}', 'tests/unit/test_validation.py', '07 poses the reference seed as nonsense'),
  ('helpers/singular/validation/verdicts.py', '                specific=specific_by_transfer(rows, bound), posed=posed_row,', '                specific=specific_by_transfer(found["rows"], bound), posed=posed_row,', 'tests/unit/test_validation.py', "07's transfer verdict also reads the seed posed as nonsense"),
  ('helpers/singular/validation/verdicts.py', '    for key in ("task_specific_transfer", "task_specific_matched"):', '    for key in ("task_specific_matched", "task_specific_transfer"):', 'tests/unit/test_validation.py', 'the matched overlap rule stands over transfer'),
- ('helpers/results/documents.py', '                        + "; ".join(f"{names[t]}: {\'says yes\' if v else \'says no\'}" for t, v in posed.items()))', '                        + "; ".join(f"{names[t]}: {\'says no\' if v else \'says yes\'}" for t, v in posed.items()))', 'tests/unit/test_transfer.py', "the posed seed's transfer verdict printed inverted"),
+ ('helpers/results/documents.py', '                + "; ".join(f"{names[t]}: {\'says yes\' if v else \'says no\'}" for t, v in posed.items())) if posed else \\', '                + "; ".join(f"{names[t]}: {\'says no\' if v else \'says yes\'}" for t, v in posed.items())) if posed else \\', 'tests/unit/test_transfer.py', "the posed seed's transfer verdict printed inverted"),
 ]
 
 

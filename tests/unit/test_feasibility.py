@@ -149,8 +149,13 @@ def test_the_committed_runs_judged_again_say_which_verdicts_their_sizes_decided(
     for task in ("ioi", "gender", "greater_than"):
         summary, total = committed(task)
         verdicts = validation.judged_from_summary(summary, rules, total)
-        assert verdicts["task_specific_reach"]["yes"] is False  # the random-token circuits keep 93-95 %
-        assert "uninformative: decided by set sizes" in validation.verdict_line(summary, verdicts)
+        if summary.get("transfer") is None:  # a run from before the random tokens corrupted only the task's positions
+            assert verdicts["task_specific_reach"]["yes"] is False  # its random-token circuits keep 93-95 %
+            assert "uninformative: decided by set sizes" in validation.verdict_line(summary, verdicts)
+        else:  # since then the random-token circuit keeps about as much as the task's, and every rule can say either
+            for key in ("task_specific", "task_specific_matched", "task_specific_transfer"):
+                assert verdicts[key + "_reach"] == dict(yes=True, no=True, decided_by=""), (task, key)
+            assert "uninformative" not in validation.verdict_line(summary, verdicts).split("the trained weights")[0]
     summary, total = committed("ioi")
     ioi = validation.judged_from_summary(summary, rules, total)
     assert ioi["controls_training_failed"] == ["permuted"] and ioi["weights_matter"] is False

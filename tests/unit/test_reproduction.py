@@ -228,7 +228,7 @@ def test_the_results_page_has_one_reachability_row_per_verdict_rule():
     rows = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("| Verdict rule")]
     assert [row.split(" | ")[0][2:] for row in rows] == [
         "Identities (01)", "Sparse circuit within the KL bound (02)", "Survives the attack (07)", "Task-specific by overlap (07)",
-        "Trained weights matter (07)", "Task-specific by transfer (08; not yet run by 07)", "Masking recovers a planted mechanism (08)",
+        "Trained weights matter (07)", "Task-specific by transfer (07, 08)", "Masking recovers a planted mechanism (08)",
         "Ablating the recovered directions removes the mechanism (08)", "A circuit beats its random control (02, 08)",
         "Logit receptors flip the pronoun (06)", "A head's subfunctions (03)",
         "Paper 2's checks A, B, C (04)"]

@@ -76,7 +76,7 @@ def excess(kl: torch.Tensor, reference_kl: torch.Tensor, n_boot: int, confidence
     diff = a - b
     rows = torch.randint(len(diff), (n_boot, len(diff)), generator=torch.Generator().manual_seed(seed), device="cpu")
     tail = (1 - confidence) / 2
-    low, high = torch.quantile(diff[rows].mean(1), torch.tensor([tail, 1 - tail], dtype=torch.float64)).tolist()
+    low, high = torch.quantile(diff[rows].mean(1), torch.tensor([tail, 1 - tail], dtype=torch.float64, device="cpu")).tolist()
     return dict(excess=float(diff.mean()), excess_low=low, excess_high=high)
 
 
