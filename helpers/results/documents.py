@@ -338,7 +338,7 @@ def transfer_row(summaries: dict) -> str:
     with the same circuits against the declared kinds beside it (they hold the triggers, so the plant can fire on
     them: a contrast, not a case known to be no). Known no: each notebook-07 task's third training seed scored as if
     it were nonsense. Reachability at each plant's and each task's cut."""
-    from helpers.singular.validation.planted_recovery import WITHOUT_TRIGGERS
+    from helpers.singular.validation.planted_recovery import transfer_rows
     from helpers.singular.validation.transfer import transfer_words
 
     names = dict(VALIDATION_TASKS)
@@ -351,7 +351,7 @@ def transfer_row(summaries: dict) -> str:
 
     def said(row, free):
         found = row["specificity"]["transfer"]
-        kinds = [r["kind"] for r in found["rows"] if (r["kind"] == WITHOUT_TRIGGERS) == free]
+        kinds = [r["kind"] for r in transfer_rows(found, free)]
         verdict = found["specific_without_triggers"] if free else found["specific"]
         return f"{row['site']} ×{row['strength']:g}: {transfer_words(found, kinds, verdict)}"
 

@@ -296,6 +296,12 @@ def trigger_free_overlaps(matched: list[dict]) -> list[dict]:
     return [r for r in matched if r["pair"] == "seeds" or r["b"] == WITHOUT_TRIGGERS]
 
 
+def transfer_rows(found: dict, without_triggers: bool) -> list[dict]:
+    """One side of a plant's task-specificity by transfer (``planted_specificity``'s ``transfer``): the row of the
+    nonsense without the plant's triggers, or the rows of the declared kinds, which hold them."""
+    return [r for r in found["rows"] if (r["kind"] == WITHOUT_TRIGGERS) == without_triggers]
+
+
 def planted_specificity(masked, masks, sets: dict, run, rules: dict, k: int, progress: bool = True) -> dict:
     """Notebook 07's task-specificity at matched size on a planted circuit (``[specificity]``): a second training
     seed on its own draw of planted prompts and, per declared kind, masks trained on the training prompts made
@@ -344,10 +350,8 @@ def planted_specificity(masked, masks, sets: dict, run, rules: dict, k: int, pro
     bound = load_attack_rules()["faithful"]["bound"]
     transfer = transfer_scores(CircuitEvaluator(masked, held_out, run.rule()), seed_masks[other.seed], nonsense, k,
                                bound, load_transfer_rule())
-    transfer.update(dropped_prompts=dropped,
-                    specific=specific_by_transfer([r for r in transfer["rows"] if r["kind"] != WITHOUT_TRIGGERS], bound),
-                    specific_without_triggers=specific_by_transfer(
-                        [r for r in transfer["rows"] if r["kind"] == WITHOUT_TRIGGERS], bound))
+    transfer.update(dropped_prompts=dropped, specific=specific_by_transfer(transfer_rows(transfer, False), bound),
+                    specific_without_triggers=specific_by_transfer(transfer_rows(transfer, True), bound))
     return dict(matched=matched, ratio=ratio, threshold=threshold,
                 specific=specific_at_matched_size(declared_overlaps(matched), ratio),
                 reach=reach_record(matched_specificity_reach(k, matched[0]["n"], threshold)), trigger_share=share,
@@ -541,15 +545,19 @@ def specificity_words(row: dict) -> str | None:
                f" ({free['corrected']:.2f})" if free else ""))
 
 
+def _plants_line(rows: list[dict], words, head: str) -> list[str]:
+    """One closing-cell line: ``head``, then ``words`` of each plant that has some (None: the rule did not run there)."""
+    said = [w for r in rows if (w := words(r))]
+    return [head + "; ".join(said) + "."] if said else []
+
+
 def specificity_lines(rows: list[dict]) -> list[str]:
     """The closing cell's line on notebook 07's task-specificity rule at the plants that ran it."""
-    said = [w for r in rows if (w := specificity_words(r))]
-    if not said:
-        return []
-    return ["- **Notebook 07's task-specificity rule on the planted circuits** (every circuit cut to the planted "
-            "circuit's count, overlaps corrected for chance, a second seed on its own prompts; the case known to be yes "
-            "is the nonsense without the plant's triggers, since the plant fires on a trigger wherever it stands): "
-            + "; ".join(said) + "."]
+    return _plants_line(rows, specificity_words,
+                        "- **Notebook 07's task-specificity rule on the planted circuits** (every circuit cut to the "
+                        "planted circuit's count, overlaps corrected for chance, a second seed on its own prompts; the "
+                        "case known to be yes is the nonsense without the plant's triggers, since the plant fires on a "
+                        "trigger wherever it stands): ")
 
 
 def transfer_case_words(row: dict) -> str | None:
@@ -561,7 +569,7 @@ def transfer_case_words(row: dict) -> str | None:
     found = (row.get("specificity") or {}).get("transfer")
     if found is None:
         return None
-    declared = [r["kind"] for r in found["rows"] if r["kind"] != WITHOUT_TRIGGERS]
+    declared = [r["kind"] for r in transfer_rows(found, False)]
     return (f"{row['site']} ×{row['strength']:g} (top {found['k']:,} of {found['n']:,}, {found['prompts']} held-out "
             f"prompts): against nonsense holding the triggers {transfer_words(found, declared, found['specific'])}; "
             f"against random tokens without the triggers "
@@ -570,12 +578,10 @@ def transfer_case_words(row: dict) -> str | None:
 
 def transfer_lines(rows: list[dict]) -> list[str]:
     """The closing cell's line on task-specificity by transfer at the plants that ran it."""
-    said = [w for r in rows if (w := transfer_case_words(r))]
-    if not said:
-        return []
-    return ["- **Task-specificity by transfer on the planted circuits** (the second seed's and each nonsense circuit "
-            "cut to the planted circuit's count and scored on the planted task; specific when every nonsense circuit "
-            "fails the KL bound there, beyond the second seed's KL by a CI above zero): " + "; ".join(said) + "."]
+    return _plants_line(rows, transfer_case_words,
+                        "- **Task-specificity by transfer on the planted circuits** (the second seed's and each nonsense "
+                        "circuit cut to the planted circuit's count and scored on the planted task; specific when every "
+                        "nonsense circuit fails the KL bound there, beyond the second seed's KL by a CI above zero): ")
 
 
 def paper_rule_lines(rows: list[dict], rules: dict) -> list[str]:
